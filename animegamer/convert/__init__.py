@@ -1,0 +1,1 @@
+"""Converters from the released checkpoint layouts to the project layout."""

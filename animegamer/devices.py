@@ -1,0 +1,50 @@
+"""The one place that decides where the models run and in which dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+GIB = 1 << 30
+# Both models resident: Mistral-7B in bf16 (14.5 GiB), the 1.7B DiT in fp16 (3.4 GiB), the VAE,
+# and the activations of a 480×720×17 decode with CFG (~12 GiB at peak in the VAE).
+RESIDENT_BUDGET_BYTES = 34 * GIB
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Device and dtypes of the two models.
+
+    `offload` keeps both models in CPU memory and moves each to the GPU only while it runs, so a
+    24 GB card can play; it costs the PCIe transfers on every turn.
+    """
+
+    device: str
+    game_state_dtype: torch.dtype
+    decoder_dtype: torch.dtype
+    offload: bool = False
+
+    @property
+    def storage_device(self) -> str:
+        return "cpu" if self.offload else self.device
+
+
+CPU_PLACEMENT = Placement(device="cpu", game_state_dtype=torch.float32, decoder_dtype=torch.float32)
+
+
+def choose_placement(low_vram: str = "auto") -> Placement:
+    """bf16 MLLM and fp16 DiT on a GPU (what the release ran), fp32 on CPU.
+
+    `low_vram` is `auto` (offload when the card has less than the resident budget), `on` or `off`.
+    """
+    if not torch.cuda.is_available():
+        return CPU_PLACEMENT
+    total = torch.cuda.get_device_properties(0).total_memory
+    offload = low_vram == "on" or (low_vram == "auto" and total < RESIDENT_BUDGET_BYTES)
+    return Placement(
+        device="cuda",
+        game_state_dtype=torch.bfloat16,
+        decoder_dtype=torch.float16,
+        offload=offload,
+    )

@@ -1,0 +1,317 @@
+"""Game rules and session data: pure Python, no models.
+
+A session is an immutable value. Every action (play, undo, restart) returns a new session, so a
+failed turn can never leave a half-updated game behind, and nothing is shared between players.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+GAUGE_START = 50
+GAUGE_MIN = 0
+GAUGE_MAX = 100
+GAUGE_STEP = 5
+IDLE_DECAY = 5
+STATE_DELTA_RANGE = (-5, 5)
+MOTION_LEVELS = (1, 2, 3, 4, 5)
+DEFAULT_MOTION_LEVEL = 3
+MAX_FIELD_CHARS = 80
+MAX_WINDOW = 5
+INSTRUCTION_FIELDS = ("character", "adverb", "motion", "time", "place")
+FIELD_LABELS = {
+    "character": "Character",
+    "adverb": "Adverb",
+    "motion": "Motion",
+    "time": "Time",
+    "place": "Place",
+}
+
+_WHITESPACE = re.compile(r"\s+")
+_INSTRUCTION_TEXT = re.compile(
+    r"^\s*character\s*:\s*(?P<character>[^;]*);\s*motion\s*:\s*(?P<motion>[^;]*);"
+    r"\s*background\s*:\s*(?P<background>[^;]*?)\s*\.?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+class InstructionError(ValueError):
+    """An instruction a player typed that cannot be played; the message is shown to them."""
+
+
+@dataclass(frozen=True)
+class GameStates:
+    """What the game-state model predicts for a turn.
+
+    `ml` is the motion level (1..5, 0 when the model's output could not be parsed); `sc`, `et`
+    and `st` are the social, entertainment and stamina deltas in -5..5.
+    """
+
+    ml: int = 0
+    sc: int = 0
+    et: int = 0
+    st: int = 0
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One player instruction, already validated and normalised (see `make_instruction`)."""
+
+    character: str
+    adverb: str
+    motion: str
+    time: str
+    place: str
+
+    @property
+    def text(self) -> str:
+        """The sentence the game-state model was trained on."""
+        return (
+            f"Character: {self.character}; Motion: {self.adverb} {self.motion}; "
+            f"Background: {self.time} {self.place}."
+        )
+
+    def fields(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Gauges:
+    stamina: int = GAUGE_START
+    social: int = GAUGE_START
+    entertainment: int = GAUGE_START
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds spent in each stage of a turn."""
+
+    predict_s: float = 0.0
+    decode_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The record of one played turn; it outlives the turn's representation."""
+
+    index: int
+    instruction: Instruction
+    states: GameStates
+    motion_level: int
+    motion_scope: float
+    gauges: Gauges
+    seed: int
+    clip_path: str
+    timings: Timings = field(default_factory=Timings)
+
+
+@dataclass(frozen=True, eq=False)
+class Session:
+    """One player's game.
+
+    `representations` holds the predicted representations (CPU tensors [226, D]) of the last
+    `window` turns only, aligned with the end of `turns`: the prompt needs the last `window - 1`,
+    and one more lets `undo` restore the window exactly.
+    """
+
+    character: str
+    window: int = 1
+    turns: tuple[Turn, ...] = ()
+    representations: tuple[torch.Tensor, ...] = ()
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def gauges(self) -> Gauges:
+        return self.turns[-1].gauges if self.turns else Gauges()
+
+    @property
+    def history_representations(self) -> tuple[torch.Tensor, ...]:
+        """The representations the next prompt carries: those of the last `window - 1` turns."""
+        keep = min(self.window - 1, len(self.representations))
+        return self.representations[len(self.representations) - keep :] if keep else ()
+
+    @property
+    def history_turns(self) -> tuple[Turn, ...]:
+        """The turns matching `history_representations`, oldest first."""
+        count = len(self.history_representations)
+        return self.turns[len(self.turns) - count :] if count else ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Session):
+            return NotImplemented
+        return (
+            (self.character, self.window, self.turns)
+            == (other.character, other.window, other.turns)
+            and len(self.representations) == len(other.representations)
+            and all(
+                torch.equal(a, b)
+                for a, b in zip(self.representations, other.representations, strict=True)
+            )
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def new_session(character: str, window: int = 1) -> Session:
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be in 1..{MAX_WINDOW}, got {window}")
+    return Session(character=character, window=window)
+
+
+def clamp_gauge(value: int) -> int:
+    return max(GAUGE_MIN, min(GAUGE_MAX, value))
+
+
+def _gauge_after(value: int, delta: int, idle_decay: int) -> int:
+    """A delta of 0 means nothing happened to that need, which decays by `idle_decay`."""
+    change = GAUGE_STEP * delta if delta else -idle_decay
+    return clamp_gauge(value + change)
+
+
+def apply_states(gauges: Gauges, states: GameStates) -> Gauges:
+    """Gauges after a turn: `clamp(g + 5·Δ)`; social and entertainment decay by 5 when Δ = 0.
+
+    Stamina has no idle decay: a turn that neither tires nor rests the character leaves it as is.
+    """
+    return Gauges(
+        stamina=clamp_gauge(gauges.stamina + GAUGE_STEP * states.st),
+        social=_gauge_after(gauges.social, states.sc, IDLE_DECAY),
+        entertainment=_gauge_after(gauges.entertainment, states.et, IDLE_DECAY),
+    )
+
+
+def effective_motion_level(ml: int) -> int:
+    """The level used for the motion scope: an unparsable prediction (0) plays as level 3."""
+    return ml if ml in MOTION_LEVELS else DEFAULT_MOTION_LEVEL
+
+
+def motion_scope(table: Sequence[float], ml: int) -> float:
+    """Motion scope value for a predicted motion level, from the decoder's 5-entry table."""
+    if len(table) != len(MOTION_LEVELS):
+        raise ValueError(f"a motion-scope table has {len(MOTION_LEVELS)} entries, got {len(table)}")
+    scope = float(table[effective_motion_level(ml) - 1])
+    if scope <= 0:
+        raise ValueError(f"motion scope values must be positive, got {scope}")
+    return scope
+
+
+def normalise_field(text: str) -> str:
+    """Collapse whitespace and drop angle brackets (they would let a player type control tokens)."""
+    return _WHITESPACE.sub(" ", text.replace("<", "").replace(">", "")).strip()
+
+
+def _check_printable(name: str, text: str) -> None:
+    for char in text:
+        if char.isspace():
+            continue
+        category = unicodedata.category(char)
+        if category in {"Cc", "Cs", "Co", "Cn"}:
+            raise InstructionError(
+                f"{FIELD_LABELS[name]} contains a control or unassigned character "
+                f"(U+{ord(char):04X}); please use plain text."
+            )
+
+
+def make_instruction(fields: Mapping[str, str | None]) -> Instruction:
+    """Validate and normalise the five instruction fields, or raise `InstructionError`."""
+    values: dict[str, str] = {}
+    for name in INSTRUCTION_FIELDS:
+        raw = fields.get(name)
+        if raw is None:
+            raw = ""
+        if not isinstance(raw, str):
+            raise InstructionError(f"{FIELD_LABELS[name]} must be text.")
+        if len(raw) > 4 * MAX_FIELD_CHARS:
+            raise InstructionError(
+                f"{FIELD_LABELS[name]} is too long ({len(raw)} characters; "
+                f"at most {MAX_FIELD_CHARS})."
+            )
+        _check_printable(name, raw)
+        value = normalise_field(raw)
+        if not value:
+            raise InstructionError(f"{FIELD_LABELS[name]} is empty; every field is needed.")
+        if len(value) > MAX_FIELD_CHARS:
+            raise InstructionError(
+                f"{FIELD_LABELS[name]} is too long ({len(value)} characters; "
+                f"at most {MAX_FIELD_CHARS})."
+            )
+        values[name] = value
+    return Instruction(**values)
+
+
+def parse_instruction_text(text: str) -> Instruction:
+    """Parse `Character: …; Motion: <adverb> <verb phrase>; Background: <time> <place>.`"""
+    match = _INSTRUCTION_TEXT.match(text or "")
+    if match is None:
+        raise InstructionError(
+            "Could not read the instruction. Write it as "
+            "'Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky.'"
+        )
+    motion = normalise_field(match["motion"]).split(" ", 1)
+    background = normalise_field(match["background"]).split(" ", 1)
+    if len(motion) < 2:
+        raise InstructionError("Motion needs an adverb and a verb phrase, e.g. 'quickly fly'.")
+    if len(background) < 2:
+        raise InstructionError("Background needs a time and a place, e.g. 'day sky'.")
+    return make_instruction(
+        {
+            "character": match["character"],
+            "adverb": motion[0],
+            "motion": motion[1],
+            "time": background[0],
+            "place": background[1],
+        }
+    )
+
+
+def record_turn(
+    session: Session,
+    *,
+    instruction: Instruction,
+    states: GameStates,
+    motion_scope_value: float,
+    representation: torch.Tensor,
+    seed: int,
+    clip_path: str,
+    timings: Timings,
+) -> Session:
+    """The session after a played turn; keeps only the last `window` representations."""
+    turn = Turn(
+        index=len(session.turns) + 1,
+        instruction=instruction,
+        states=states,
+        motion_level=effective_motion_level(states.ml),
+        motion_scope=motion_scope_value,
+        gauges=apply_states(session.gauges, states),
+        seed=seed,
+        clip_path=clip_path,
+        timings=timings,
+    )
+    kept = (*session.representations, representation.detach().to("cpu"))[-session.window :]
+    return dataclasses.replace(session, turns=(*session.turns, turn), representations=kept)
+
+
+def undo(session: Session) -> Session:
+    """Back one turn. The window is exact after one undo; further undos replay with less history
+    until new turns refill it, because older representations are not kept."""
+    if not session.turns:
+        raise InstructionError("There is no turn to undo.")
+    return dataclasses.replace(
+        session, turns=session.turns[:-1], representations=session.representations[:-1]
+    )
+
+
+def restart(session: Session) -> Session:
+    """A fresh game for the same character and window, with fresh gauges and a new id."""
+    return new_session(session.character, session.window)

@@ -1,0 +1,93 @@
+"""Run-time settings, read once from environment variables (documented in README.md)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from animegamer.game import MAX_WINDOW
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
+ENGINE_KINDS = ("auto", "real", "preview")
+LOW_VRAM_CHOICES = ("auto", "on", "off")
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the app cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Knobs of the game and the engine.
+
+    `engine`: `auto` plays with the real models when a GPU and the checkpoints are available and
+    falls back to the preview engine otherwise; `real` or `preview` force one.
+    `window`: turns the game-state model sees, the current one included (the release demo: 1).
+    `steps` / `preview_steps`: diffusion steps of the real and the preview decoder.
+    """
+
+    engine: str = "auto"
+    window: int = 1
+    steps: int = 50
+    preview_steps: int = 8
+    guidance_scale: float = 6.0
+    low_vram: str = "auto"
+    registry_path: Path = DEFAULT_REGISTRY
+    output_dir: Path = Path(tempfile.gettempdir()) / "animegamer"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        defaults = cls()
+        settings = cls(
+            engine=env.get("ANIMEGAMER_ENGINE", defaults.engine).strip().lower(),
+            window=_int(env, "ANIMEGAMER_WINDOW", defaults.window),
+            steps=_int(env, "ANIMEGAMER_STEPS", defaults.steps),
+            preview_steps=_int(env, "ANIMEGAMER_PREVIEW_STEPS", defaults.preview_steps),
+            guidance_scale=_float(env, "ANIMEGAMER_GUIDANCE", defaults.guidance_scale),
+            low_vram=env.get("ANIMEGAMER_LOW_VRAM", defaults.low_vram).strip().lower(),
+            registry_path=Path(env.get("ANIMEGAMER_CHARACTERS", str(defaults.registry_path))),
+            output_dir=Path(env.get("ANIMEGAMER_OUTPUT_DIR", str(defaults.output_dir))),
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.engine not in ENGINE_KINDS:
+            raise SettingsError(f"ANIMEGAMER_ENGINE must be one of {ENGINE_KINDS}: {self.engine!r}")
+        if self.low_vram not in LOW_VRAM_CHOICES:
+            raise SettingsError(
+                f"ANIMEGAMER_LOW_VRAM must be one of {LOW_VRAM_CHOICES}: {self.low_vram!r}"
+            )
+        if not 1 <= self.window <= MAX_WINDOW:
+            raise SettingsError(f"ANIMEGAMER_WINDOW must be in 1..{MAX_WINDOW}: {self.window}")
+        for name, steps in (("ANIMEGAMER_STEPS", self.steps),
+                            ("ANIMEGAMER_PREVIEW_STEPS", self.preview_steps)):
+            if not 1 <= steps <= 200:
+                raise SettingsError(f"{name} must be in 1..200: {steps}")
+        if not 1.0 <= self.guidance_scale <= 20.0:
+            raise SettingsError(f"ANIMEGAMER_GUIDANCE must be in 1..20: {self.guidance_scale}")
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer: {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number: {raw!r}") from None

@@ -1,0 +1,213 @@
+"""Game rules: gauge arithmetic, motion scope, instruction validation, undo/restart."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from animegamer.game import (
+    GameStates,
+    Gauges,
+    InstructionError,
+    Session,
+    Timings,
+    apply_states,
+    effective_motion_level,
+    make_instruction,
+    motion_scope,
+    new_session,
+    parse_instruction_text,
+    record_turn,
+    restart,
+    undo,
+)
+
+DEMO_TABLE = (0.5, 1.0, 5.0, 20.0, 40.0)
+QIQI = {
+    "character": "Qiqi",
+    "adverb": "quickly",
+    "motion": "fly on broomstick",
+    "time": "day",
+    "place": "sky",
+}
+
+
+@pytest.mark.parametrize(
+    ("before", "states", "after"),
+    [
+        # stamina follows 5·ST with no idle decay; social/entertainment decay by 5 when Δ = 0
+        (Gauges(50, 50, 50), GameStates(3, 0, 0, 0), Gauges(50, 45, 45)),
+        (Gauges(50, 50, 50), GameStates(3, 1, 2, -1), Gauges(45, 55, 60)),
+        (Gauges(50, 50, 50), GameStates(1, -5, 5, 5), Gauges(75, 25, 75)),
+        (Gauges(98, 3, 97), GameStates(2, -1, 1, 1), Gauges(100, 0, 100)),
+        (Gauges(2, 4, 0), GameStates(5, 0, 0, -5), Gauges(0, 0, 0)),
+        (Gauges(0, 100, 100), GameStates(4, 5, 5, 5), Gauges(25, 100, 100)),
+        (Gauges(100, 0, 0), GameStates(0, 0, 0, 0), Gauges(100, 0, 0)),
+    ],
+)
+def test_gauges_follow_five_times_delta_clamped(before, states, after):
+    assert apply_states(before, states) == after
+
+
+def test_gauges_start_at_fifty():
+    assert new_session("Qiqi").gauges == Gauges(50, 50, 50)
+
+
+@pytest.mark.parametrize(("ml", "scope"), [(1, 0.5), (2, 1.0), (3, 5.0), (4, 20.0), (5, 40.0)])
+def test_motion_scope_comes_from_the_table(ml, scope):
+    assert motion_scope(DEMO_TABLE, ml) == scope
+
+
+@pytest.mark.parametrize("ml", [0, -1, 6, 99])
+def test_unparsable_motion_level_plays_as_level_three(ml):
+    assert effective_motion_level(ml) == 3
+    assert motion_scope(DEMO_TABLE, ml) == 5.0
+
+
+def test_motion_scope_table_is_checked():
+    with pytest.raises(ValueError, match="5 entries"):
+        motion_scope((1.0, 2.0), 3)
+    with pytest.raises(ValueError, match="positive"):
+        motion_scope((0.0, 1.0, 0.0, 1.0, 1.0), 3)
+
+
+def test_instruction_text_is_the_trained_sentence():
+    instruction = make_instruction(QIQI)
+    assert instruction.text == (
+        "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
+    )
+
+
+def test_fields_are_whitespace_normalised_and_stripped_of_angle_brackets():
+    instruction = make_instruction(
+        {**QIQI, "motion": "  fly \t on\n broomstick ", "place": "<TURN>sky<Strength_5>"}
+    )
+    assert instruction.motion == "fly on broomstick"
+    assert instruction.place == "TURNskyStrength_5"
+    assert "<" not in instruction.text and ">" not in instruction.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("character", "", "Character is empty"),
+        ("adverb", "   ", "Adverb is empty"),
+        ("motion", None, "Motion is empty"),
+        ("place", "<>", "Place is empty"),
+        ("time", "x" * 81, "Time is too long"),
+        ("motion", "y" * 10_000, "Motion is too long"),
+        ("place", "sky\x00", "control"),
+        ("place", "sky\x1b[31m", "control"),
+        ("character", 42, "must be text"),
+    ],
+)
+def test_invalid_fields_are_rejected_with_the_field_named(field, value, message):
+    with pytest.raises(InstructionError, match=message):
+        make_instruction({**QIQI, field: value})
+
+
+def test_emoji_and_non_latin_text_are_accepted_as_text():
+    instruction = make_instruction({**QIQI, "place": "sky 🌙", "character": "琪琪"})
+    assert instruction.place == "sky 🌙"
+    assert instruction.character == "琪琪"
+
+
+def test_free_text_parses_into_fields():
+    instruction = parse_instruction_text(
+        "Character: Sosuke;  Motion: happily run along the beach; Background: sunset seaside."
+    )
+    assert instruction.fields() == {
+        "character": "Sosuke",
+        "adverb": "happily",
+        "motion": "run along the beach",
+        "time": "sunset",
+        "place": "seaside",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "Could not read"),
+        ("Qiqi flies", "Could not read"),
+        ("Character: Qiqi; Motion: fly; Background: day sky.", "adverb and a verb"),
+        ("Character: Qiqi; Motion: quickly fly; Background: sky.", "time and a place"),
+        ("Character: ; Motion: quickly fly; Background: day sky.", "Character is empty"),
+    ],
+)
+def test_unparsable_free_text_is_explained(text, message):
+    with pytest.raises(InstructionError, match=message):
+        parse_instruction_text(text)
+
+
+def _play(session: Session, states: GameStates, value: float) -> Session:
+    return record_turn(
+        session,
+        instruction=make_instruction(QIQI),
+        states=states,
+        motion_scope_value=motion_scope(DEMO_TABLE, states.ml),
+        representation=torch.full((226, 8), value),
+        seed=7,
+        clip_path=f"clip_{value}.mp4",
+        timings=Timings(1.0, 2.0, 3.0),
+    )
+
+
+def test_record_turn_keeps_only_the_window_and_never_mutates():
+    session = new_session("Qiqi", window=3)
+    played = session
+    for value in range(6):
+        previous = played
+        played = _play(played, GameStates(2, 1, 1, -1), float(value))
+        assert len(previous.turns) == value
+    assert session.turns == () and session.representations == ()
+    assert [turn.index for turn in played.turns] == [1, 2, 3, 4, 5, 6]
+    assert [float(rep[0, 0]) for rep in played.representations] == [3.0, 4.0, 5.0]
+    assert [float(rep[0, 0]) for rep in played.history_representations] == [4.0, 5.0]
+    assert [turn.index for turn in played.history_turns] == [5, 6]
+
+
+def test_window_one_has_no_history():
+    played = _play(_play(new_session("Qiqi"), GameStates(3, 0, 0, 0), 1.0),
+                   GameStates(3, 0, 0, 0), 2.0)
+    assert played.history_representations == ()
+    assert played.history_turns == ()
+    assert len(played.representations) == 1
+
+
+def test_undo_restores_gauges_and_window():
+    session = new_session("Qiqi", window=2)
+    one = _play(session, GameStates(2, 1, 0, 1), 1.0)
+    two = _play(one, GameStates(5, -3, 4, -5), 2.0)
+    back = undo(two)
+    assert back == one
+    assert back.gauges == one.gauges
+    assert [float(r[0, 0]) for r in back.history_representations] == [1.0]
+    assert undo(back).gauges == Gauges()
+
+
+def test_undo_without_turns_is_an_error():
+    with pytest.raises(InstructionError, match="no turn to undo"):
+        undo(new_session("Qiqi"))
+
+
+def test_restart_resets_everything_but_character_and_window():
+    played = _play(new_session("Sosuke", window=2), GameStates(1, 2, 3, 4), 1.0)
+    fresh = restart(played)
+    assert (fresh.character, fresh.window, fresh.turns, fresh.gauges) == (
+        "Sosuke", 2, (), Gauges())
+    assert fresh.session_id != played.session_id
+
+
+def test_window_bounds():
+    with pytest.raises(ValueError, match="window"):
+        new_session("Qiqi", window=0)
+    with pytest.raises(ValueError, match="window"):
+        new_session("Qiqi", window=6)
+
+
+def test_sessions_pickle_round_trip():
+    played = _play(new_session("Qiqi", window=2), GameStates(2, 1, 1, 1), 1.0)
+    assert pickle.loads(pickle.dumps(played)) == played
