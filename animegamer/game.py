@@ -10,7 +10,7 @@ import dataclasses
 import re
 import unicodedata
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -50,8 +50,9 @@ class InstructionError(ValueError):
 class GameStates:
     """What the game-state model predicts for a turn.
 
-    `ml` is the motion level (1..5, 0 when the model's output could not be parsed); `sc`, `et`
-    and `st` are the social, entertainment and stamina deltas in -5..5.
+    `ml` is the motion level as predicted (1..5 when the model behaves; any strength token
+    -5..5 is kept as read, and 0 stands for output that could not be parsed); `sc`, `et` and
+    `st` are the social, entertainment and stamina deltas in -5..5.
     """
 
     ml: int = 0
@@ -192,18 +193,9 @@ def apply_states(gauges: Gauges, states: GameStates) -> Gauges:
 
 
 def effective_motion_level(ml: int) -> int:
-    """The level used for the motion scope: an unparsable prediction (0) plays as level 3."""
+    """The level whose motion scope the decoder uses (its table is in the decoder's config):
+    an unparsable prediction (0) plays as level 3."""
     return ml if ml in MOTION_LEVELS else DEFAULT_MOTION_LEVEL
-
-
-def motion_scope(table: Sequence[float], ml: int) -> float:
-    """Motion scope value for a predicted motion level, from the decoder's 5-entry table."""
-    if len(table) != len(MOTION_LEVELS):
-        raise ValueError(f"a motion-scope table has {len(MOTION_LEVELS)} entries, got {len(table)}")
-    scope = float(table[effective_motion_level(ml) - 1])
-    if scope <= 0:
-        raise ValueError(f"motion scope values must be positive, got {scope}")
-    return scope
 
 
 def normalise_field(text: str) -> str:

@@ -137,7 +137,7 @@ def _parse_turn(raw: Any, position: int, previous: Gauges, clip_dir: Path) -> Tu
     states_raw = _object(raw["states"], {"ml", "sc", "et", "st"}, f"{what} states")
     low, high = STATE_DELTA_RANGE
     states = GameStates(
-        ml=_int_in(states_raw["ml"], 0, 5, f"{what} motion level"),
+        ml=_int_in(states_raw["ml"], low, high, f"{what} motion level"),
         sc=_int_in(states_raw["sc"], low, high, f"{what} social delta"),
         et=_int_in(states_raw["et"], low, high, f"{what} entertainment delta"),
         st=_int_in(states_raw["st"], low, high, f"{what} stamina delta"),

@@ -16,7 +16,6 @@ from animegamer.game import (
     apply_states,
     effective_motion_level,
     make_instruction,
-    motion_scope,
     new_session,
     parse_instruction_text,
     record_turn,
@@ -55,22 +54,14 @@ def test_gauges_start_at_fifty():
     assert new_session("Qiqi").gauges == Gauges(50, 50, 50)
 
 
-@pytest.mark.parametrize(("ml", "scope"), [(1, 0.5), (2, 1.0), (3, 5.0), (4, 20.0), (5, 40.0)])
-def test_motion_scope_comes_from_the_table(ml, scope):
-    assert motion_scope(DEMO_TABLE, ml) == scope
+@pytest.mark.parametrize(("ml", "level"), [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)])
+def test_predicted_motion_level_is_played(ml, level):
+    assert effective_motion_level(ml) == level
 
 
 @pytest.mark.parametrize("ml", [0, -1, 6, 99])
 def test_unparsable_motion_level_plays_as_level_three(ml):
     assert effective_motion_level(ml) == 3
-    assert motion_scope(DEMO_TABLE, ml) == 5.0
-
-
-def test_motion_scope_table_is_checked():
-    with pytest.raises(ValueError, match="5 entries"):
-        motion_scope((1.0, 2.0), 3)
-    with pytest.raises(ValueError, match="positive"):
-        motion_scope((0.0, 1.0, 0.0, 1.0, 1.0), 3)
 
 
 def test_instruction_text_is_the_trained_sentence():
@@ -147,7 +138,7 @@ def _play(session: Session, states: GameStates, value: float) -> Session:
         session,
         instruction=make_instruction(QIQI),
         states=states,
-        motion_scope_value=motion_scope(DEMO_TABLE, states.ml),
+        motion_scope_value=DEMO_TABLE[effective_motion_level(states.ml) - 1],
         representation=torch.full((226, 8), value),
         seed=7,
         clip_path=f"clip_{value}.mp4",
