@@ -1,0 +1,102 @@
+"""AnimeGamerTransformer3DModel: structure, config, save/load, full-size shape on `meta`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from diffusers import CogVideoXTransformer3DModel
+
+from animegamer.models.decoder import (
+    DEFAULT_MOTION_SCOPES,
+    AnimeGamerTransformer3DModel,
+    motion_scope,
+)
+from animegamer.models.tiny_decoder import tiny_transformer_config
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> AnimeGamerTransformer3DModel:
+    torch.manual_seed(0)
+    model = AnimeGamerTransformer3DModel(**tiny_transformer_config(64)).eval()
+    model.uncond_representation.normal_()
+    return model
+
+
+def _run(model: AnimeGamerTransformer3DModel, ofs: float) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 5, 16, 8, 12, generator=generator)
+    context = torch.randn(2, 226, 64, generator=generator)
+    with torch.no_grad():
+        return model(
+            hidden_states=x,
+            encoder_hidden_states=context,
+            timestep=torch.tensor([999, 999]),
+            ofs=torch.tensor([ofs, ofs]),
+            return_dict=False,
+        )[0]
+
+
+def _public(config) -> dict:
+    return {k: v for k, v in config.items() if not k.startswith("_")}
+
+
+def test_structure_matches_the_design(tiny_model):
+    assert isinstance(tiny_model.patch_embed.text_proj, torch.nn.Identity)
+    assert tiny_model.norm_out.norm.eps == 1e-6
+    assert tiny_model.norm_final.eps == 1e-5
+    assert tiny_model.transformer_blocks[0].norm1.norm.eps == 1e-5
+    assert tiny_model.transformer_blocks[0].attn1.norm_q.eps == 1e-6
+    assert tiny_model.ofs_embedding.linear_1.in_features == 64
+    assert tiny_model.ofs_embedding.linear_2.out_features == 32
+    assert tiny_model.ofs_proj.flip_sin_to_cos and tiny_model.ofs_proj.downscale_freq_shift == 0
+    assert "uncond_representation" in tiny_model.state_dict()
+    assert tiny_model.uncond_representation.shape == (226, 64)
+    assert "pos_embedding" not in " ".join(tiny_model.state_dict())
+
+
+def test_forward_shape_and_motion_scope_matters(tiny_model):
+    # flow_embed's last layer is random here (zero-initialised only in the original's training)
+    slow, fast = _run(tiny_model, 0.5), _run(tiny_model, 40.0)
+    assert slow.shape == (2, 5, 16, 8, 12)
+    assert torch.isfinite(slow).all()
+    assert (slow - fast).abs().max() > 1e-4
+
+
+def test_save_pretrained_round_trip(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path)
+    loaded = AnimeGamerTransformer3DModel.from_pretrained(tmp_path).eval()
+    assert _public(loaded.config) == _public(tiny_model.config)
+    assert loaded.config.motion_scopes == list(DEFAULT_MOTION_SCOPES)
+    assert "text_embed_dim" not in loaded.config and "ofs_embed_dim" not in loaded.config
+    torch.testing.assert_close(loaded.uncond_representation, tiny_model.uncond_representation)
+    torch.testing.assert_close(_run(loaded, 5.0), _run(tiny_model, 5.0), rtol=0, atol=0)
+
+
+def test_motion_scope_table():
+    config = tiny_transformer_config(64)
+    model = AnimeGamerTransformer3DModel(**{**config, "motion_scopes": [0.5, 2.5, 10, 15, 40]})
+    assert [motion_scope(model, level) for level in range(1, 6)] == [0.5, 2.5, 10.0, 15.0, 40.0]
+    assert motion_scope(model.config, 3) == 10.0
+    assert motion_scope(model, np.int64(2)) == 2.5
+    assert motion_scope({"motion_scopes": DEFAULT_MOTION_SCOPES}, 4) == 20.0
+    for bad in (0, 6, -1, 2.0, True):
+        with pytest.raises(ValueError, match="motion level"):
+            motion_scope(model, bad)
+    with pytest.raises(ValueError, match="motion_scopes"):
+        AnimeGamerTransformer3DModel(**{**config, "motion_scopes": [1, 2, 3]})
+
+
+def test_full_size_on_meta_has_the_2b_parameter_count():
+    with torch.device("meta"):
+        model = AnimeGamerTransformer3DModel()
+        stock = CogVideoXTransformer3DModel(sample_frames=17)
+    count = sum(p.numel() for p in model.parameters())
+    text_proj = 4096 * 1920 + 1920
+    motion_mlp = 1920 * 512 + 512 + 512 * 512 + 512
+    assert count == sum(p.numel() for p in stock.parameters()) - text_proj + motion_mlp
+    assert count == 1_687_163_840
+    assert model.uncond_representation.shape == (226, 1920)
+    assert (model.config.num_layers, model.config.num_attention_heads) == (30, 30)
+    assert (model.config.sample_height, model.config.sample_width) == (60, 90)
+    assert model.config.sample_frames == 17
