@@ -1,0 +1,93 @@
+"""Command line: `python -m animegamer {play,convert} ...`.
+
+    play     --character Qiqi "Character: Qiqi; Motion: ...; Background: ..." ... --out DIR
+    convert  the converters (`python -m animegamer convert --help`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from animegamer.characters import RegistryError, load_registry
+from animegamer.engine import create_registry_engine
+from animegamer.game import InstructionError, Turn, new_session, parse_instruction_text
+from animegamer.savefile import save_game
+from animegamer.settings import ENGINE_KINDS, Settings, SettingsError
+
+EXIT_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m animegamer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    play = commands.add_parser("play", help="play instructions as turns and write the clips")
+    play.add_argument("instructions", nargs="+", help="'Character: …; Motion: …; Background: …'")
+    play.add_argument("--character", default=None, help="registry character (default: the first)")
+    play.add_argument("--out", type=Path, required=True, help="folder for the clips")
+    play.add_argument("--save", type=Path, help="also write the saved game to this file")
+    play.add_argument("--engine", choices=ENGINE_KINDS, help="default: ANIMEGAMER_ENGINE or auto")
+    play.add_argument("--seed", type=int, help="seed of the first turn (then +1 per turn)")
+    play.add_argument("--window", type=int, help="turns the game-state model sees (1..5)")
+    play.add_argument("--steps", type=int, help="diffusion steps of the decoder")
+    commands.add_parser("convert", help="see python -m animegamer.convert --help", add_help=False)
+    return parser
+
+
+def describe(turn: Turn) -> str:
+    s, g = turn.states, turn.gauges
+    return (
+        f"turn {turn.index}: {turn.instruction.text}\n"
+        f"  states ML={s.ml} SC={s.sc:+d} ET={s.et:+d} ST={s.st:+d} (motion scope "
+        f"{turn.motion_scope:g}, seed {turn.seed})\n"
+        f"  gauges stamina={g.stamina} social={g.social} entertainment={g.entertainment}\n"
+        f"  clip {turn.clip_path} ({turn.timings.total_s:.1f} s)"
+    )
+
+
+def play(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    overrides = {
+        "engine": args.engine, "window": args.window, "output_dir": args.out,
+        "steps": args.steps, "preview_steps": args.steps,
+    }
+    settings = dataclasses.replace(
+        settings, **{key: value for key, value in overrides.items() if value is not None}
+    )
+    settings.validate()
+    registry = load_registry(settings.registry_path)
+    character = registry.get(args.character or registry.characters[0].name).name
+    instructions = [parse_instruction_text(text) for text in args.instructions]
+    engine = create_registry_engine(settings, registry)
+    print(f"engine: {engine.kind}" + (f" ({engine.notice})" if engine.notice else ""))
+    session = new_session(character, settings.window)
+    for offset, instruction in enumerate(instructions):
+        seed = None if args.seed is None else args.seed + offset
+        session = engine.play(session, instruction, seed=seed)
+        print(describe(session.turns[-1]), flush=True)
+    if args.save:
+        print(f"saved game: {save_game(session, args.save)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["convert"]:
+        from animegamer.convert.__main__ import main as convert_main
+
+        return convert_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return play(args)
+    except (InstructionError, RegistryError, SettingsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Turn time and memory over a long game on the preview engine.
+
+Prints the median turn time of the first and the last 10 turns, their ratio, and the process's
+resident memory at turn 10 and at the last turn: a game must not slow down or grow with its length.
+
+    .venv/bin/python benchmarks/turns.py --turns 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from animegamer.engine import create_preview_engine
+from animegamer.game import make_instruction, new_session
+from animegamer.settings import Settings
+
+MOTIONS = ("fly on broomstick", "sit on railing", "walk through the town", "lie down on grass")
+
+
+def rss_mib() -> float:
+    """Current resident set size (Linux /proc), falling back to the peak elsewhere."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--window", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    if args.turns < 20:
+        parser.error("--turns must be at least 20 (two sets of 10 are compared)")
+
+    with tempfile.TemporaryDirectory() as output:
+        settings = Settings(engine="preview", preview_steps=args.steps, output_dir=Path(output))
+        engine = create_preview_engine(settings)
+        session = new_session("Qiqi", window=args.window)
+        times: list[float] = []
+        rss_at_10 = 0.0
+        for index in range(args.turns):
+            instruction = make_instruction(
+                {"character": "Qiqi", "adverb": "gently", "motion": MOTIONS[index % len(MOTIONS)],
+                 "time": "day", "place": "town"}
+            )
+            started = time.perf_counter()
+            session = engine.play(session, instruction, seed=index)
+            times.append(time.perf_counter() - started)
+            if index + 1 == 10:
+                rss_at_10 = rss_mib()
+        rss_at_end = rss_mib()
+
+    first = statistics.median(times[:10])
+    last = statistics.median(times[-10:])
+    print(f"turns: {args.turns} (window {args.window}, {args.steps} steps, preview engine)")
+    print(f"median turn time, first 10: {first:.3f} s")
+    print(f"median turn time, last 10:  {last:.3f} s")
+    print(f"last/first ratio: {last / first:.3f}")
+    print(f"RSS at turn 10: {rss_at_10:.1f} MiB")
+    print(f"RSS at turn {args.turns}: {rss_at_end:.1f} MiB")
+    print(f"RSS growth: {100 * (rss_at_end - rss_at_10) / rss_at_10:+.2f} %")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The turn engine on the preview models: infinite, atomic, isolated sessions."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import imageio.v3 as iio
+import pytest
+import torch
+
+from animegamer.engine import TurnEngine, create_preview_engine
+from animegamer.game import Gauges, apply_states, make_instruction, new_session, undo
+from animegamer.settings import Settings
+
+
+def _instruction(motion: str = "fly on broomstick", character: str = "Qiqi"):
+    return make_instruction(
+        {"character": character, "adverb": "quickly", "motion": motion, "time": "day",
+         "place": "sky"}
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> TurnEngine:
+    settings = Settings(
+        engine="preview", preview_steps=2, output_dir=tmp_path_factory.mktemp("clips")
+    )
+    return create_preview_engine(settings)
+
+
+def test_preview_engine_says_what_it_is(engine):
+    assert engine.kind == "preview"
+    assert "preview" in engine.notice.lower()
+    assert engine.placement.device == "cpu"
+
+
+def test_a_turn_writes_a_clip_and_applies_the_states(engine):
+    session = new_session("Qiqi")
+    played = engine.play(session, _instruction(), seed=123)
+    assert session.turns == ()
+    (turn,) = played.turns
+    assert turn.seed == 123 and turn.index == 1
+    assert turn.gauges == apply_states(Gauges(), turn.states)
+    assert 1 <= turn.motion_level <= 5 and turn.motion_scope > 0
+    assert turn.timings.total_s >= turn.timings.predict_s > 0
+    frames = iio.imread(turn.clip_path)
+    assert frames.shape[0] == 17 and frames.shape[-1] == 3
+    assert Path(turn.clip_path).parent.name == session.session_id
+    (representation,) = played.representations
+    assert representation.shape == (226, 64) and representation.device.type == "cpu"
+
+
+def test_same_seed_same_turn(engine):
+    session = new_session("Qiqi")
+    first = engine.play(session, _instruction(), seed=7)
+    second = engine.play(session, _instruction(), seed=7)
+    assert first.turns[0].states == second.turns[0].states
+    assert torch.equal(first.representations[0], second.representations[0])
+    assert (iio.imread(first.turns[0].clip_path) == iio.imread(second.turns[0].clip_path)).all()
+
+
+def test_sixty_turns_keep_exactly_the_window(engine):
+    session = new_session("Qiqi", window=3)
+    for index in range(62):
+        session = engine.play(session, _instruction(f"walk step {index}"), seed=index)
+        assert len(session.representations) == min(3, index + 1)
+        assert len(session.history_representations) == min(2, index + 1)
+    assert [turn.index for turn in session.turns] == list(range(1, 63))
+    assert session.turns[-1].instruction.motion == "walk step 61"
+
+
+def test_a_failing_decoder_leaves_the_session_untouched_and_retry_works(engine, monkeypatch):
+    session = engine.play(new_session("Qiqi", window=2), _instruction(), seed=1)
+    snapshot = dataclasses.replace(session)
+    decoder = engine.models_for("Qiqi").decoder
+    clip_folder = Path(session.turns[0].clip_path).parent
+    clips_before = sorted(clip_folder.iterdir())
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(type(decoder), "__call__", explode)
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.play(session, _instruction("jump"), seed=2)
+    assert session == snapshot
+    assert sorted(clip_folder.iterdir()) == clips_before
+    monkeypatch.undo()
+
+    retried = engine.play(session, _instruction("jump"), seed=2)
+    assert [turn.instruction.motion for turn in retried.turns] == ["fly on broomstick", "jump"]
+
+
+def test_a_failing_clip_writer_removes_the_partial_clip(engine, monkeypatch):
+    session = new_session("Qiqi")
+
+    def half_write(frames, path, fps=8):
+        Path(path).write_bytes(b"partial")
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr("animegamer.engine.write_mp4", half_write)
+    with pytest.raises(OSError, match="disk full"):
+        engine.play(session, _instruction(), seed=3)
+    folder = engine.output_dir / session.session_id
+    assert not folder.exists() or not any(folder.iterdir())
+
+
+def test_undo_then_play_restores_the_window(engine):
+    one = engine.play(new_session("Qiqi", window=2), _instruction("a"), seed=1)
+    two = engine.play(one, _instruction("b"), seed=2)
+    back = undo(two)
+    assert back == one
+    again = engine.play(back, _instruction("b"), seed=2)
+    assert again.turns[-1].states == two.turns[-1].states
+    assert torch.equal(again.representations[-1], two.representations[-1])
+
+
+def test_interleaved_sessions_never_affect_each_other(engine):
+    alice = new_session("Qiqi", window=2)
+    bob = new_session("Sosuke", window=2)
+    for index in range(3):
+        alice = engine.play(alice, _instruction(f"alice {index}"), seed=index)
+        bob = engine.play(bob, _instruction(f"bob {index}", "Sosuke"), seed=100 + index)
+    assert [t.instruction.motion for t in alice.turns] == ["alice 0", "alice 1", "alice 2"]
+    assert [t.instruction.motion for t in bob.turns] == ["bob 0", "bob 1", "bob 2"]
+    alone = new_session("Qiqi", window=2)
+    for index in range(3):
+        alone = engine.play(alone, _instruction(f"alice {index}"), seed=index)
+    assert [t.states for t in alone.turns] == [t.states for t in alice.turns]
+    assert [t.gauges for t in alone.turns] == [t.gauges for t in alice.turns]
+    assert all(torch.equal(a, b) for a, b in zip(alone.representations, alice.representations,
+                                                  strict=True))
+    alice_clips = {Path(t.clip_path).parent for t in alice.turns}
+    bob_clips = {Path(t.clip_path).parent for t in bob.turns}
+    assert len(alice_clips) == len(bob_clips) == 1 and alice_clips != bob_clips
+
+
+def test_bad_seed_is_refused_before_any_work(engine):
+    with pytest.raises(ValueError, match="seed"):
+        engine.play(new_session("Qiqi"), _instruction(), seed=-1)
