@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -10,6 +11,7 @@ GIB = 1 << 30
 # Both models resident: Mistral-7B in bf16 (14.5 GiB), the 1.7B DiT in fp16 (3.4 GiB), the VAE,
 # and the activations of a 480×720×17 decode with CFG (~12 GiB at peak in the VAE).
 RESIDENT_BUDGET_BYTES = 34 * GIB
+ZERO_GPU_BYTES = 70 * GIB
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,14 @@ class Placement:
         return "cpu" if self.offload else self.device
 
 
+def _gpu_memory_bytes() -> int:
+    """Memory of GPU 0. On ZeroGPU no GPU is attached at start-up (the models load there and
+    move to a large slice of an H200 per call), so the answer is that slice, not a query."""
+    if os.environ.get("SPACES_ZERO_GPU", "").lower() in {"1", "true"}:
+        return ZERO_GPU_BYTES
+    return torch.cuda.get_device_properties(0).total_memory
+
+
 CPU_PLACEMENT = Placement(device="cpu", game_state_dtype=torch.float32, decoder_dtype=torch.float32)
 
 
@@ -40,7 +50,7 @@ def choose_placement(low_vram: str = "auto") -> Placement:
     """
     if not torch.cuda.is_available():
         return CPU_PLACEMENT
-    total = torch.cuda.get_device_properties(0).total_memory
+    total = _gpu_memory_bytes()
     offload = low_vram == "on" or (low_vram == "auto" and total < RESIDENT_BUDGET_BYTES)
     return Placement(
         device="cuda",

@@ -29,7 +29,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.hub import log_stage, resolve_character
-from animegamer.models.decoder import AnimeGamerDecoder, motion_scope
+from animegamer.models.decoder import AnimeGamerDecoder, decode_latents, motion_scope
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
@@ -42,10 +42,12 @@ logger = logging.getLogger(__name__)
 EngineKind = Literal["real", "preview"]
 ProgressCallback = Callable[[float, str], None]
 PREVIEW_REPRESENTATION_DIM = 64
+MAX_STEPS = 200
 PREVIEW_NOTICE = (
     "Preview mode: clips come from a tiny, untrained preview model running on the CPU, so they "
-    "are noise, and the game states are random. To play with the real AnimeGamer models, run on "
-    "a GPU with the checkpoints available (see the README: GPU and Hub token)."
+    "are noise, and its state tokens are unreadable, so every turn counts as a neutral one "
+    "(social and entertainment only decay). To play with the real AnimeGamer models, run on a "
+    "GPU with the checkpoints available (see the README: GPU and Hub token)."
 )
 
 
@@ -122,6 +124,7 @@ class TurnEngine:
         instruction: Instruction,
         seed: int | None = None,
         progress: ProgressCallback | None = None,
+        num_inference_steps: int | None = None,
     ) -> Session:
         """Play one turn and return the new session.
 
@@ -130,10 +133,14 @@ class TurnEngine:
             instruction: a validated instruction (`game.make_instruction`).
             seed: the decoder's noise seed; a fresh random one when `None`.
             progress: called as `progress(fraction, description)` through the turn.
+            num_inference_steps: diffusion steps; the engine's setting when `None`.
         """
         seed = _new_seed() if seed is None else seed
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in 0..2**63-1, got {seed}")
+        steps = num_inference_steps or self.num_inference_steps
+        if not 1 <= steps <= MAX_STEPS:
+            raise ValueError(f"num_inference_steps must be in 1..{MAX_STEPS}, got {steps}")
         report = progress or (lambda fraction, description: None)
         models = self.models_for(session.character)
         started = time.perf_counter()
@@ -152,14 +159,13 @@ class TurnEngine:
 
         motion_level = effective_motion_level(states.ml)
         scope = motion_scope(models.decoder.transformer, motion_level)
-        steps = self.num_inference_steps
 
         def on_step(step: int, total: int) -> None:
             report(0.1 + 0.8 * step / total, f"Denoising step {step}/{total}")
 
         generator = torch.Generator("cpu").manual_seed(seed)
         with self._on_device(models.decoder):
-            frames = models.decoder(
+            latents = models.decoder.sample(
                 representation,
                 motion_level=motion_level,
                 num_inference_steps=steps,
@@ -167,7 +173,9 @@ class TurnEngine:
                 generator=generator,
                 callback=on_step,
             )
-        report(0.95, "Writing the clip")
+            report(0.92, "Decoding the video")
+            frames = decode_latents(models.decoder.vae, latents)
+        report(0.97, "Writing the clip")
         path = self.clip_path(session, len(session.turns) + 1, seed)
         try:
             write_mp4(frames, path)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,43 @@ def reference_dir() -> Path:
             "set ANIMEGAMER_REFERENCE to point elsewhere)"
         )
     return root
+
+
+@pytest.fixture(scope="session")
+def preview_engine(tmp_path_factory):
+    """One preview engine (tiny random models, 2 steps) for every test that plays turns."""
+    from animegamer.engine import create_preview_engine
+    from animegamer.settings import Settings
+
+    settings = Settings(
+        engine="preview", preview_steps=2, output_dir=tmp_path_factory.mktemp("clips")
+    )
+    return create_preview_engine(settings)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def served_app(tmp_path_factory) -> Iterator[str]:
+    """The whole app, as `python app.py` builds it, on the preview engine at a free port."""
+    from animegamer.ui import create_app
+
+    environ = {
+        "ANIMEGAMER_ENGINE": "preview",
+        "ANIMEGAMER_PREVIEW_STEPS": "2",
+        "ANIMEGAMER_OUTPUT_DIR": str(tmp_path_factory.mktemp("served-clips")),
+    }
+    demo, launch_kwargs = create_app(environ)
+    _, url, _ = demo.launch(
+        server_name="127.0.0.1",
+        server_port=free_port(),
+        prevent_thread_lock=True,
+        quiet=True,
+        **launch_kwargs,
+    )
+    yield url
+    demo.close()

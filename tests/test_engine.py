@@ -9,9 +9,12 @@ import imageio.v3 as iio
 import pytest
 import torch
 
-from animegamer.engine import TurnEngine, create_preview_engine
 from animegamer.game import Gauges, apply_states, make_instruction, new_session, undo
-from animegamer.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def engine(preview_engine):
+    return preview_engine
 
 
 def _instruction(motion: str = "fly on broomstick", character: str = "Qiqi"):
@@ -20,13 +23,6 @@ def _instruction(motion: str = "fly on broomstick", character: str = "Qiqi"):
          "place": "sky"}
     )
 
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory) -> TurnEngine:
-    settings = Settings(
-        engine="preview", preview_steps=2, output_dir=tmp_path_factory.mktemp("clips")
-    )
-    return create_preview_engine(settings)
 
 
 def test_preview_engine_says_what_it_is(engine):
@@ -80,7 +76,7 @@ def test_a_failing_decoder_leaves_the_session_untouched_and_retry_works(engine, 
     def explode(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (injected)")
 
-    monkeypatch.setattr(type(decoder), "__call__", explode)
+    monkeypatch.setattr(type(decoder), "sample", explode)
     with pytest.raises(RuntimeError, match="injected"):
         engine.play(session, _instruction("jump"), seed=2)
     assert session == snapshot
@@ -138,3 +134,24 @@ def test_interleaved_sessions_never_affect_each_other(engine):
 def test_bad_seed_is_refused_before_any_work(engine):
     with pytest.raises(ValueError, match="seed"):
         engine.play(new_session("Qiqi"), _instruction(), seed=-1)
+
+
+def test_progress_reports_every_stage_in_order(engine):
+    reports: list[tuple[float, str]] = []
+    engine.play(new_session("Qiqi"), _instruction(), seed=5,
+                progress=lambda fraction, text: reports.append((fraction, text)),
+                num_inference_steps=3)
+    texts = [text for _, text in reports]
+    assert texts == [
+        "Predicting the next game state",
+        "Denoising step 1/3", "Denoising step 2/3", "Denoising step 3/3",
+        "Decoding the video",
+        "Writing the clip",
+    ]
+    fractions = [fraction for fraction, _ in reports]
+    assert fractions == sorted(fractions) and fractions[0] >= 0 and fractions[-1] < 1
+
+
+def test_step_count_is_checked(engine):
+    with pytest.raises(ValueError, match="num_inference_steps"):
+        engine.play(new_session("Qiqi"), _instruction(), seed=1, num_inference_steps=500)

@@ -1,0 +1,7 @@
+"""The Gradio UI: `build_app` (layout and events), `GameUI` (the actions), `create_app`."""
+
+from animegamer.ui.callbacks import GameUI, Player, Screen, Update
+from animegamer.ui.layout import build_app, launch_options
+from animegamer.ui.startup import create_app
+
+__all__ = ["GameUI", "Player", "Screen", "Update", "build_app", "create_app", "launch_options"]

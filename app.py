@@ -1,0 +1,16 @@
+"""AnimeGamer Space entry point: build the game once at import, then serve it.
+
+`python app.py` serves on 127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT override it).
+Without a GPU or without the checkpoints, the game runs on the preview engine and says so.
+"""
+
+import logging
+
+from animegamer.ui import create_app
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+demo, launch_kwargs = create_app()
+
+if __name__ == "__main__":
+    demo.launch(**launch_kwargs)

@@ -1,0 +1,83 @@
+"""The app served on 127.0.0.1 with the preview engine, driven through gradio_client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gradio.utils import get_upload_folder
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from animegamer.ui.startup import app_settings
+
+QIQI = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
+
+
+
+
+def play(client: Client, fields=QIQI, text: str = "", seed: str = "random"):
+    return client.predict(*fields, text, seed, api_name="/play")
+
+
+def test_named_endpoints(served_app):
+    api = Client(served_app, verbose=False).view_api(print_info=False, return_format="dict")
+    names = set(api["named_endpoints"])
+    assert {"/play", "/undo", "/restart", "/character", "/save", "/playthrough"} <= names
+    params = [p["parameter_name"] for p in api["named_endpoints"]["/play"]["parameters"]]
+    assert params == [
+        "instruction_character", "adverb", "motion", "time", "place", "instruction_text",
+        "seed_text",
+    ]
+
+
+def test_two_clients_play_independent_games(served_app):
+    first = Client(served_app, verbose=False)
+    second = Client(served_app, verbose=False)
+
+    out = play(first, seed="21")
+    after_one, chat, clip, gallery = out[0], out[1], out[2], out[3]
+    summary = after_one
+    assert summary["turns"] == 1 and summary["last_turn"]["seed"] == 21
+    assert Path(clip["video"] if isinstance(clip, dict) else clip).is_file()
+    assert len(gallery) == 1 and len(chat) == 2
+
+    out = play(first, text="Character: Qiqi; Motion: gently sit on railing; Background: day town.")
+    summary, gallery = out[0], out[3]
+    assert summary["turns"] == 2 and len(gallery) == 2
+    assert summary["last_turn"]["instruction"]["motion"] == "sit on railing"
+    assert out[7:12] == ("Qiqi", "gently", "sit on railing", "day", "town")
+    assert out[12] == ""
+
+    fresh = second.predict(api_name="/restart")
+    assert fresh[0]["turns"] == 0
+    assert fresh[0]["gauges"] == {"stamina": 50, "social": 50, "entertainment": 50}
+    assert fresh[3] == []
+    own = play(second, seed="22")
+    assert own[0]["turns"] == 1 and len(own[3]) == 1 and len(own[1]) == 2
+    assert own[0]["gauges"] == after_one["gauges"]  # from fresh gauges, not after 2 turns
+
+    undone = first.predict(api_name="/undo")
+    assert undone[0]["turns"] == 1 and len(undone[3]) == 1
+    assert undone[0]["gauges"] == after_one["gauges"]
+
+    switched = second.predict("Sosuke", api_name="/character")
+    assert switched[0]["character"] == "Sosuke" and switched[0]["turns"] == 0
+    assert first.predict(api_name="/undo")[0]["character"] == "Qiqi"
+
+
+def test_errors_reach_the_client_and_keep_the_game(served_app):
+    client = Client(served_app, verbose=False)
+    with pytest.raises(AppError, match="Motion is empty"):
+        play(client, fields=("Qiqi", "quickly", "", "day", "sky"))
+    with pytest.raises(AppError, match="no turn to undo"):
+        client.predict(api_name="/undo")
+    with pytest.raises(AppError, match="Could not read the instruction"):
+        client.predict("<script>alert(1)</script>", api_name="/parse")
+    assert client.predict(api_name="/restart")[0]["turns"] == 0
+
+
+def test_app_settings_put_clips_under_gradios_temp_dir():
+    settings = app_settings({"ANIMEGAMER_ENGINE": "preview"})
+    assert settings.output_dir == Path(get_upload_folder()) / "animegamer"
+    assert app_settings({"ANIMEGAMER_OUTPUT_DIR": "/srv/clips"}).output_dir == Path("/srv/clips")

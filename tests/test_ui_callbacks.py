@@ -1,0 +1,459 @@
+"""The UI actions as plain functions: state in → state out, without a browser or a server.
+
+Real turns run on the preview engine (tiny random models, 2 diffusion steps); the error paths run
+on injected engines that fail the way the real one can.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import gradio as gr
+import imageio_ffmpeg
+import numpy as np
+import pytest
+import torch
+
+from animegamer.characters import load_registry
+from animegamer.engine import EngineError
+from animegamer.game import (
+    INSTRUCTION_FIELDS,
+    GameStates,
+    Session,
+    Timings,
+    make_instruction,
+    record_turn,
+)
+from animegamer.playthrough import PlaythroughError, concat_mp4
+from animegamer.ui import GameUI, Player
+from animegamer.ui.callbacks import PLAYERS_FOLDER, gpu_seconds, parse_seed
+from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
+from animegamer.ui.views import gauges_html, history_frame
+
+QIQI = {
+    "character": "Qiqi",
+    "adverb": "quickly",
+    "motion": "fly on broomstick",
+    "time": "day",
+    "place": "sky",
+}
+
+
+@pytest.fixture(scope="session")
+def engine(preview_engine):
+    return preview_engine
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+
+@pytest.fixture
+def ui(engine, registry):
+    return GameUI(engine, registry)
+
+
+@pytest.fixture(scope="module")
+def two_turns(engine, registry):
+    """A player after two real preview turns (tests using it must not delete its files)."""
+    ui = GameUI(engine, registry)
+    first = ui.play(None, QIQI, "", "11")
+    second = ui.play(
+        first.player, QIQI,
+        "Character: Qiqi; Motion: slowly walk along the street; Background: evening town.", "12",
+    )
+    return first, second
+
+
+def frame_count(path: str | Path) -> int:
+    frames = imageio_ffmpeg.read_frames(str(path))
+    next(frames)
+    return sum(1 for _ in frames)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, str | None]] = []
+
+    def __call__(self, progress: float, desc: str | None = None) -> None:
+        self.calls.append((progress, desc))
+
+
+# Playing ----------------------------------------------------------------------------------------
+
+
+def test_play_returns_a_new_player_and_leaves_the_old_one(two_turns):
+    first, second = two_turns
+    assert len(first.player.session.turns) == 1
+    assert len(second.player.session.turns) == 2
+    assert first.player.player_id == second.player.player_id
+    assert second.player.session.session_id == first.player.session.session_id
+    assert second.player.last_elapsed_s is not None and second.player.last_elapsed_s > 0
+
+    screen = second.screen
+    assert screen.summary["turns"] == 2
+    assert screen.summary["engine"] == "preview"
+    assert screen.summary["last_turn"]["seed"] == 12
+    assert screen.summary["gauges"] == second.player.session.gauges.as_dict()
+    assert [caption for _, caption in screen.gallery] == [
+        "Turn 1: quickly fly on broomstick · day sky",
+        "Turn 2: slowly walk along the street · evening town",
+    ]
+    assert all(Path(path).is_file() for path, _ in screen.gallery)
+    assert screen.clip == second.player.session.turns[-1].clip_path
+    assert [m["role"] for m in screen.chat] == ["user", "assistant"] * 2
+    assert screen.chat[2]["content"].startswith("Character: Qiqi; Motion: slowly walk")
+    assert screen.chat[3]["content"][1] == {"path": screen.clip}
+    assert list(screen.history["Turn"]) == [1, 2]
+    assert "Turn 2 played (seed 12)." in screen.status
+    assert "Last turn took" in screen.status
+
+
+def test_play_from_text_fills_the_fields(two_turns):
+    _, second = two_turns
+    assert second.fields == ("Qiqi", "slowly", "walk along the street", "evening", "town")
+
+
+def test_play_reports_progress_through_the_turn(ui):
+    recorder = Recorder()
+    update = ui.play(None, QIQI, "", "5", progress=recorder)
+    descriptions = [desc or "" for _, desc in recorder.calls]
+    assert descriptions[0].startswith("Predicting")
+    assert any(d.startswith("Denoising step") for d in descriptions)
+    assert descriptions[-1] == "Writing the clip"
+    fractions = [fraction for fraction, _ in recorder.calls]
+    assert fractions == sorted(fractions)
+    assert update.player.session.turns[-1].seed == 5
+
+
+def test_gauges_show_values_bands_and_last_change(two_turns):
+    _, second = two_turns
+    session = second.player.session
+    html = second.screen.gauges
+    for name, value in session.gauges.as_dict().items():
+        assert f'data-gauge="{name}" data-value="{value}"' in html
+    before = session.turns[0].gauges.as_dict()
+    for name, value in session.gauges.as_dict().items():
+        delta = value - before[name]
+        sign = f"+{delta}" if delta > 0 else ("±0" if delta == 0 else f"−{-delta}")
+        assert sign in html
+    fresh = gauges_html(Session(character="Qiqi"))
+    assert fresh.count("no turn yet") == 3 and fresh.count("ag-fill ag-mid") == 3
+
+
+# Undo, restart, character ----------------------------------------------------------------------
+
+
+def test_undo_removes_the_last_turn_and_its_clip(ui):
+    played = ui.play(None, QIQI, "", "3").player
+    clip = Path(played.session.turns[-1].clip_path)
+    update = ui.undo(played)
+    assert update.player.session.turns == ()
+    assert update.fields == tuple(QIQI[name] for name in INSTRUCTION_FIELDS)
+    assert update.screen.gallery == [] and update.screen.clip is None
+    assert update.screen.summary["gauges"] == {"stamina": 50, "social": 50, "entertainment": 50}
+    assert not clip.exists()
+    assert len(played.session.turns) == 1  # the old state is untouched
+    with pytest.raises(gr.Error, match="no turn to undo"):
+        ui.undo(update.player)
+
+
+def test_restart_gives_fresh_gauges_and_deletes_the_old_clips(ui):
+    played = ui.play(None, QIQI, "", "4").player
+    folder = Path(played.session.turns[-1].clip_path).parent
+    update = ui.restart(played)
+    session = update.player.session
+    assert session.turns == () and session.character == "Qiqi"
+    assert session.session_id != played.session.session_id
+    assert update.screen.summary["gauges"] == {"stamina": 50, "social": 50, "entertainment": 50}
+    assert update.fields == ("Qiqi", "quickly", "fly on broomstick", "day/night", "sky")
+    assert not folder.exists()
+
+
+def test_choose_character_starts_a_game_with_them(ui):
+    update = ui.choose_character(None, "Sosuke")
+    assert update.player.session.character == "Sosuke"
+    assert update.fields == ("Sosuke", "happily", "run along the road", "day", "seaside town")
+    assert "New game with Sosuke" in update.screen.status
+    again = ui.choose_character(update.player, "sosuke")
+    assert again.player.session.session_id == update.player.session.session_id
+    with pytest.raises(gr.Error, match="unknown character"):
+        ui.choose_character(update.player, "Totoro")
+
+
+def test_fill_from_text(ui):
+    assert ui.fill_from_text(
+        "Character: Sosuke; Motion: calmly look at the sea; Background: evening harbour."
+    ) == ("Sosuke", "calmly", "look at the sea", "evening", "harbour")
+    with pytest.raises(gr.Error, match="Could not read the instruction"):
+        ui.fill_from_text("fly to the moon")
+    with pytest.raises(gr.Error, match="Background needs a time and a place"):
+        ui.fill_from_text("Character: Qiqi; Motion: quickly fly; Background: sky")
+
+
+# Save, load, playthrough ------------------------------------------------------------------------
+
+
+def test_save_and_load_round_trip(ui, two_turns):
+    _, second = two_turns
+    path = Path(ui.save(second.player))
+    assert path.suffix == ".zip" and path.is_file()
+    fresh = ui.new_player()
+    loaded = ui.load(fresh, str(path))
+    session = loaded.player.session
+    original = second.player.session
+    assert [dataclasses.replace(t, clip_path="") for t in session.turns] == [
+        dataclasses.replace(t, clip_path="") for t in original.turns
+    ]
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(session.representations, original.representations, strict=True)
+    )
+    assert session.session_id != second.player.session.session_id
+    assert all(Path(t.clip_path).is_file() for t in session.turns)
+    assert loaded.fields == second.fields
+    assert loaded.screen.summary["turns"] == 2
+    assert [c for _, c in loaded.screen.gallery] == [c for _, c in second.screen.gallery]
+
+
+def test_load_rejects_a_bad_file_and_keeps_the_game(ui, two_turns, tmp_path):
+    _, second = two_turns
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(gr.Error, match="not a saved game"):
+        ui.load(second.player, str(bad))
+    with pytest.raises(gr.Error, match="Choose a saved game"):
+        ui.load(second.player, None)
+    assert len(second.player.session.turns) == 2
+    assert all(Path(t.clip_path).is_file() for t in second.player.session.turns)
+
+
+def test_save_and_playthrough_need_a_turn(ui):
+    with pytest.raises(gr.Error, match="nothing to save"):
+        ui.save(None)
+    with pytest.raises(gr.Error, match="no clip yet"):
+        ui.playthrough(ui.new_player())
+
+
+def test_playthrough_concatenates_every_clip(ui, two_turns):
+    _, second = two_turns
+    out = ui.playthrough(second.player)
+    clips = [t.clip_path for t in second.player.session.turns]
+    assert frame_count(out) == sum(frame_count(c) for c in clips)
+
+
+def test_concat_mp4_scales_other_sizes_and_reports_bad_clips(tmp_path):
+    def write(path: Path, size: tuple[int, int], count: int, value: int) -> Path:
+        writer = imageio_ffmpeg.write_frames(str(path), size, fps=8, codec="libx264")
+        writer.send(None)
+        for _ in range(count):
+            writer.send(np.full((size[1], size[0], 3), value, np.uint8))
+        writer.close()
+        return path
+
+    small = write(tmp_path / "a.mp4", (96, 64), 5, 40)
+    large = write(tmp_path / "b.mp4", (192, 128), 3, 200)
+    out = concat_mp4([small, large], tmp_path / "out.mp4")
+    frames = imageio_ffmpeg.read_frames(str(out))
+    meta = next(frames)
+    values = [np.frombuffer(f, np.uint8).mean() for f in frames]
+    assert tuple(meta["size"]) == (96, 64) and meta["fps"] == 8
+    assert len(values) == 8
+    assert all(abs(v - 40) < 8 for v in values[:5]) and all(abs(v - 200) < 8 for v in values[5:])
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"nope")
+    with pytest.raises(PlaythroughError, match="Could not put the clips together"):
+        concat_mp4([small, broken], tmp_path / "bad.mp4")
+    assert not (tmp_path / "bad.mp4").exists()
+    with pytest.raises(PlaythroughError, match="Missing clips"):
+        concat_mp4([tmp_path / "gone.mp4"], tmp_path / "bad.mp4")
+    with pytest.raises(PlaythroughError, match="no clips"):
+        concat_mp4([], tmp_path / "bad.mp4")
+
+
+# Cleanup ----------------------------------------------------------------------------------------
+
+
+def test_cleanup_deletes_the_players_files(ui):
+    played = ui.play(None, QIQI, "", "6").player
+    saved = Path(ui.save(played))
+    folder = Path(played.session.turns[-1].clip_path).parent
+    ui.cleanup(played)
+    assert not folder.exists() and not saved.exists()
+    assert not (ui.root / PLAYERS_FOLDER / played.player_id).exists()
+    ui.cleanup(None)
+
+
+def test_sweep_removes_only_stale_folders(ui):
+    stale = ui.root / "stale-session"
+    fresh = ui.root / "fresh-session"
+    stale.mkdir()
+    fresh.mkdir()
+    old = time.time() - 10_000
+    os.utime(stale, (old, old))
+    assert ui.sweep(5_000) >= 1
+    assert not stale.exists() and fresh.exists()
+
+
+# Invalid and hostile input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({**QIQI, "motion": ""}, "Motion is empty"),
+        ({**QIQI, "motion": "x" * 10_000}, "Motion is too long"),
+        ({**QIQI, "place": "sky\x07"}, "control or unassigned character"),
+        ({**QIQI, "adverb": None}, "Adverb is empty"),
+        ({**QIQI, "character": "Sosuke"}, "This game plays Qiqi"),
+    ],
+)
+def test_invalid_instructions_are_refused(ui, fields, message):
+    player = ui.new_player()
+    with pytest.raises(gr.Error, match=message):
+        ui.play(player, fields, "", "random")
+    assert player.session.turns == ()
+
+
+def test_hostile_text_is_refused_or_escaped(ui):
+    with pytest.raises(gr.Error, match="Could not read"):
+        ui.play(None, QIQI, "<script>alert(1)</script>", "random")
+    update = ui.play(
+        None,
+        {**QIQI, "motion": 'wave <img src=x onerror="alert(1)"> & smile', "place": "sky 🌸"},
+        "",
+        "random",
+    )
+    instruction = update.player.session.turns[-1].instruction
+    assert instruction.motion == 'wave img src=x onerror="alert(1)" & smile'
+    assert instruction.place == "sky 🌸"
+    user_message = update.screen.chat[0]["content"]
+    assert "<" not in user_message and "&amp; smile" in user_message
+    assert "&quot;alert(1)&quot;" in user_message and "🌸" in user_message
+    assert "<img" not in json.dumps(update.screen.summary)
+
+
+@pytest.mark.parametrize(
+    ("seed", "expected"),
+    [("random", None), ("", None), (" Random ", None), (None, None), ("42", 42), (7.0, None)],
+)
+def test_parse_seed(seed, expected):
+    if seed == 7.0:
+        with pytest.raises(gr.Error, match="whole number"):
+            parse_seed(seed)
+    else:
+        assert parse_seed(seed) == expected
+
+
+@pytest.mark.parametrize("seed", ["-1", "abc", "1e3", str(2**63)])
+def test_invalid_seeds_are_refused(seed):
+    with pytest.raises(gr.Error, match="whole number"):
+        parse_seed(seed)
+
+
+def test_gpu_duration_follows_the_steps():
+    assert gpu_seconds(50) > gpu_seconds(8) > 0
+    assert gpu_seconds(10_000) == 300
+
+
+# Engine failures ---------------------------------------------------------------------------------
+
+
+class FailingEngine:
+    kind = "real"
+    notice = ""
+    num_inference_steps = 50
+
+    def __init__(self, error: BaseException, output_dir: Path) -> None:
+        self.error = error
+        self.output_dir = output_dir
+
+    def play(self, session, instruction, seed=None, progress=None):
+        if progress is not None:
+            progress(0.0, "Predicting the next game state")
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "title", "message"),
+    [
+        (EngineError("decoder produced NaNs"), "Turn failed", "decoder produced NaNs"),
+        (torch.OutOfMemoryError("CUDA out of memory"), "Out of memory", "ran out of memory"),
+        (TimeoutError("GPU task aborted"), "Time-out", "ran out of time"),
+        (RuntimeError("boom <b>"), "Turn failed", "RuntimeError"),
+        (gr.Error("ZeroGPU quota exceeded"), "Error", "ZeroGPU quota exceeded"),
+    ],
+)
+def test_engine_failures_become_messages_and_keep_the_game(
+    registry, tmp_path, error, title, message
+):
+    ui = GameUI(FailingEngine(error, tmp_path), registry)
+    player = ui.new_player()
+    with pytest.raises(gr.Error, match=message) as caught:
+        ui.play(player, QIQI, "", "1")
+    assert caught.value.title == title
+    assert "<b>" not in caught.value.message
+    assert player.session.turns == ()
+    assert list(tmp_path.rglob("*.mp4")) == []
+
+
+def test_failure_outside_the_gpu_function_is_reported(registry, tmp_path):
+    def broken_runner(session, instruction, seed, steps, progress=None):
+        raise ConnectionError("worker vanished")
+
+    ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry, run_turn=broken_runner)
+    with pytest.raises(gr.Error, match="ConnectionError"):
+        ui.play(None, QIQI, "", "1")
+
+
+def test_views_skip_clips_that_are_gone(registry, tmp_path):
+    session = record_turn(
+        Session(character="Qiqi"),
+        instruction=make_instruction(QIQI),
+        states=GameStates(ml=2, sc=1, et=0, st=-1),
+        motion_scope_value=1.0,
+        representation=torch.zeros(226, 4),
+        seed=9,
+        clip_path=str(tmp_path / "missing.mp4"),
+        timings=Timings(),
+    )
+    ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry)
+    screen = ui.screen(Player(session=session), "x")
+    assert screen.gallery == [] and screen.clip is None
+    assert screen.chat[1]["content"] == [screen.chat[1]["content"][0]]
+    assert list(history_frame(session).iloc[0])[2:6] == [2, -1, 1, 0]
+
+
+# Examples ---------------------------------------------------------------------------------------
+
+
+def test_shipped_examples_are_valid(registry, repo_root):
+    found = load_playthroughs(repo_root / "examples", registry)
+    assert {name for name, items in found.items() if items} == {"Qiqi", "Sosuke"}
+    for character, playthroughs in found.items():
+        for playthrough in playthroughs:
+            assert 3 <= len(playthrough.turns) <= 5
+            assert all(turn.character == character for turn in playthrough.turns)
+            assert len(playthrough.rows()) == len(playthrough.labels())
+
+
+def test_broken_example_names_the_file_and_turn(registry, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(
+        {"character": "Qiqi", "title": "t", "turns": [{**QIQI, "motion": ""}]}
+    ))
+    with pytest.raises(ExampleError, match=r"bad\.json: turn 1: Motion is empty"):
+        load_playthrough(path, registry)
+    path.write_text(json.dumps({"character": "Totoro", "title": "t", "turns": [QIQI]}))
+    with pytest.raises(ExampleError, match="unknown character"):
+        load_playthrough(path, registry)
+    assert load_playthroughs(tmp_path, registry) == {"Qiqi": [], "Sosuke": []}
+    path.write_text("{")
+    with pytest.raises(ExampleError, match="cannot read the example"):
+        load_playthroughs(tmp_path, registry)
