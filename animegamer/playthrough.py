@@ -12,7 +12,7 @@ from pathlib import Path
 
 import imageio_ffmpeg
 
-DEFAULT_FPS = 8.0
+from animegamer.video import DEFAULT_FPS, h264_writer
 
 
 class PlaythroughError(ValueError):
@@ -45,15 +45,7 @@ def concat_mp4(paths: Sequence[str | Path], out: str | Path) -> Path:
     partial = out.with_name(out.name + ".partial.mp4")
     try:
         (width, height), fps = _clip_info(clips[0])
-        writer = imageio_ffmpeg.write_frames(
-            str(partial),
-            (width, height),
-            fps=fps,
-            codec="libx264",
-            pix_fmt_out="yuv420p",
-            output_params=["-movflags", "+faststart"],
-        )
-        writer.send(None)
+        writer = h264_writer(partial, width, height, fps)
         try:
             for clip in clips:
                 frames = imageio_ffmpeg.read_frames(

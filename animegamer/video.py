@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import imageio_ffmpeg
@@ -20,17 +21,8 @@ def _even(frames: np.ndarray) -> np.ndarray:
     return np.pad(frames, pad, mode="edge") if any(p[1] for p in pad) else frames
 
 
-def write_mp4(frames: np.ndarray, path: str | Path, fps: int = DEFAULT_FPS) -> Path:
-    """Write uint8 frames [F, H, W, 3] as an H.264 mp4 that browsers play; returns the path."""
-    frames = np.asarray(frames)
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or not len(frames):
-        raise ValueError(
-            f"frames must be uint8 [F, H, W, 3] with F > 0, got {frames.dtype} {frames.shape}"
-        )
-    frames = _even(frames)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _, height, width, _ = frames.shape
+def h264_writer(path: str | Path, width: int, height: int, fps: float) -> Generator:
+    """A started imageio-ffmpeg writer of browser-playable H.264: `send` frames, then `close`."""
     writer = imageio_ffmpeg.write_frames(
         str(path),
         (width, height),
@@ -42,6 +34,21 @@ def write_mp4(frames: np.ndarray, path: str | Path, fps: int = DEFAULT_FPS) -> P
         output_params=["-movflags", "+faststart"],
     )
     writer.send(None)
+    return writer
+
+
+def write_mp4(frames: np.ndarray, path: str | Path, fps: int = DEFAULT_FPS) -> Path:
+    """Write uint8 frames [F, H, W, 3] as an H.264 mp4 that browsers play; returns the path."""
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or not len(frames):
+        raise ValueError(
+            f"frames must be uint8 [F, H, W, 3] with F > 0, got {frames.dtype} {frames.shape}"
+        )
+    frames = _even(frames)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _, height, width, _ = frames.shape
+    writer = h264_writer(path, width, height, fps)
     for frame in frames:
         writer.send(np.ascontiguousarray(frame))
     writer.close()
