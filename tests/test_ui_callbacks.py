@@ -374,7 +374,7 @@ class FailingEngine:
         self.error = error
         self.output_dir = output_dir
 
-    def play(self, session, instruction, seed=None, progress=None):
+    def play(self, session, instruction, seed=None, progress=None, num_inference_steps=None):
         if progress is not None:
             progress(0.0, "Predicting the next game state")
         raise self.error
