@@ -10,7 +10,6 @@ states become the next representation.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from tokenizers import AddedToken
 from transformers import LlamaTokenizer, PreTrainedTokenizerFast
 
-from animegamer.game import GameStates
+from animegamer.game import GameStates, normalise_field
 
 BASE_VOCAB_SIZE = 32000
 NUM_QUERY_TOKENS = 226
@@ -145,11 +144,6 @@ def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def clean_instruction(text: str) -> str:
-    """Remove `<`/`>` (no control tokens from user text) and collapse whitespace."""
-    return re.sub(r"\s+", " ", text.replace("<", "").replace(">", "")).strip()
-
-
 @dataclass(frozen=True)
 class HistoryTurn:
     """A past turn as the prompt sees it: its instruction and its own predicted states."""
@@ -216,7 +210,7 @@ def build_prompt(
 
     def turn_text(text: str) -> list[int]:
         # One string: alone, the instruction would get a leading ▁.
-        return tokenizer.encode("<TURN>" + clean_instruction(text), add_special_tokens=False)
+        return tokenizer.encode("<TURN>" + normalise_field(text), add_special_tokens=False)
 
     for turn in history:
         ids += turn_text(turn.instruction)

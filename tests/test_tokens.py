@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from animegamer.game import normalise_field
 from animegamer.models.tiny_game_state import build_tiny_base_tokenizer, build_tiny_tokenizer
 from animegamer.tokens import (
     ADDED_TOKENS,
@@ -37,7 +38,6 @@ from animegamer.tokens import (
     build_prompt,
     build_tokenizer,
     check_tokenizer,
-    clean_instruction,
     load_tokenizer,
     strength_id,
     strength_value,
@@ -140,10 +140,10 @@ def test_saved_tokenizer_loads_without_sentencepiece_or_protobuf(tiny_tokenizer,
         text, add_special_tokens=False)
 
 
-def test_clean_instruction() -> None:
-    assert clean_instruction("  Character:\tQiqi;\n Motion:  run <TURN> ") == (
+def test_prompt_text_is_normalised_like_instruction_fields() -> None:
+    assert normalise_field("  Character:\tQiqi;\n Motion:  run <TURN> ") == (
         "Character: Qiqi; Motion: run TURN")
-    assert clean_instruction("<Strength_3>") == "Strength_3"
+    assert normalise_field("<Strength_3>") == "Strength_3"
 
 
 def test_prompt_cannot_be_injected(tiny_tokenizer) -> None:
