@@ -9,6 +9,8 @@ import imageio.v3 as iio
 import pytest
 import torch
 
+from animegamer.devices import Placement
+from animegamer.engine import TurnEngine, build_preview_directory, load_character_models
 from animegamer.game import Gauges, apply_states, make_instruction, new_session, undo
 
 
@@ -16,6 +18,10 @@ from animegamer.game import Gauges, apply_states, make_instruction, new_session,
 def engine(preview_engine):
     return preview_engine
 
+
+HALF_PLACEMENT = Placement(
+    device="cpu", game_state_dtype=torch.bfloat16, decoder_dtype=torch.float16
+)
 
 def _instruction(motion: str = "fly on broomstick", character: str = "Qiqi"):
     return make_instruction(
@@ -155,3 +161,50 @@ def test_progress_reports_every_stage_in_order(engine):
 def test_step_count_is_checked(engine):
     with pytest.raises(ValueError, match="num_inference_steps"):
         engine.play(new_session("Qiqi"), _instruction(), seed=1, num_inference_steps=500)
+
+
+def test_gpu_dtypes_play_with_history(tmp_path):
+    """bf16 game-state model + fp16 decoder (the GPU placement), run on the CPU: the dtype
+    plumbing (history injection, masks, CFG batch, VAE) holds and the session stays fp32."""
+    models = load_character_models(build_preview_directory(tmp_path / "models"), HALF_PLACEMENT)
+    engine = TurnEngine(
+        lambda character, placement: models, kind="real", placement=HALF_PLACEMENT,
+        num_inference_steps=2, guidance_scale=6.0, output_dir=tmp_path / "clips",
+    )
+    assert models.game_state.dtype == torch.bfloat16
+    assert models.decoder.dtype == torch.float16
+    session = engine.play(new_session("Qiqi", window=2), _instruction("a"), seed=1)
+    session = engine.play(session, _instruction("b"), seed=2)
+    assert len(session.history_representations) == 1
+    assert all(rep.dtype == torch.float32 and torch.isfinite(rep).all()
+               for rep in session.representations)
+    assert iio.imread(session.turns[-1].clip_path).shape[0] == 17
+
+
+def test_low_vram_moves_each_model_to_the_device_only_while_it_runs(engine, tmp_path, monkeypatch):
+    models = engine.models_for("Qiqi")
+    placement = Placement(device="cpu", game_state_dtype=torch.float32,
+                          decoder_dtype=torch.float32, offload=True)
+    offloading = TurnEngine(lambda character, p: models, kind="real", placement=placement,
+                            num_inference_steps=1, guidance_scale=6.0, output_dir=tmp_path)
+    events: list[str] = []
+
+    def spy(model, method: str, label: str) -> None:
+        original = getattr(model, method)
+
+        def recorded(*args, **kwargs):
+            events.append(f"{label} {args[0]}" if method == "to" else label)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(model, method, recorded)
+
+    spy(models.game_state, "to", "game_state to")
+    spy(models.game_state, "represent", "represent")
+    spy(models.game_state, "predict_states", "predict_states")
+    spy(models.decoder, "to", "decoder to")
+    spy(models.decoder, "sample", "sample")
+    offloading.play(new_session("Qiqi"), _instruction(), seed=1)
+    assert events == [
+        "game_state to cpu", "represent", "predict_states", "game_state to cpu",
+        "decoder to cpu", "sample", "decoder to cpu",
+    ]
