@@ -19,23 +19,36 @@ class Placement:
     """Device and dtypes of the two models.
 
     `offload` keeps both models in CPU memory and moves each to the GPU only while it runs, so a
-    24 GB card can play; it costs the PCIe transfers on every turn.
+    24 GB card can play; it costs the PCIe transfers on every turn. `zero_gpu` marks a ZeroGPU
+    Space: weights are read into CPU memory and then moved with `.to("cuda")`, the one way
+    ZeroGPU supports at start-up, where no GPU is attached yet.
     """
 
     device: str
     game_state_dtype: torch.dtype
     decoder_dtype: torch.dtype
     offload: bool = False
+    zero_gpu: bool = False
 
     @property
     def storage_device(self) -> str:
+        """Where the weights live between turns."""
         return "cpu" if self.offload else self.device
+
+    @property
+    def load_device(self) -> str:
+        """Where `from_pretrained` puts the weights (then moved to `storage_device`)."""
+        return "cpu" if self.zero_gpu else self.storage_device
+
+
+def on_zero_gpu() -> bool:
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in {"1", "true"}
 
 
 def _gpu_memory_bytes() -> int:
-    """Memory of GPU 0. On ZeroGPU no GPU is attached at start-up (the models load there and
-    move to a large slice of an H200 per call), so the answer is that slice, not a query."""
-    if os.environ.get("SPACES_ZERO_GPU", "").lower() in {"1", "true"}:
+    """Memory of GPU 0. On ZeroGPU no GPU is attached at start-up (each call gets a large slice
+    of an H200), so the answer is that slice, not a query."""
+    if on_zero_gpu():
         return ZERO_GPU_BYTES
     return torch.cuda.get_device_properties(0).total_memory
 
@@ -57,4 +70,5 @@ def choose_placement(low_vram: str = "auto") -> Placement:
         game_state_dtype=torch.bfloat16,
         decoder_dtype=torch.float16,
         offload=offload,
+        zero_gpu=on_zero_gpu(),
     )

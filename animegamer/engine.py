@@ -214,14 +214,16 @@ class TurnEngine:
 
 def load_character_models(directory: Path, placement: Placement) -> CharacterModels:
     """Load both networks of a character from a project-layout directory."""
-    return CharacterModels(
-        game_state=GameStateModel.from_pretrained(
-            directory, device=placement.storage_device, dtype=placement.game_state_dtype
-        ),
-        decoder=AnimeGamerDecoder.from_pretrained(
-            directory, device=placement.storage_device, dtype=placement.decoder_dtype
-        ),
+    game_state = GameStateModel.from_pretrained(
+        directory, device=placement.load_device, dtype=placement.game_state_dtype
     )
+    decoder = AnimeGamerDecoder.from_pretrained(
+        directory, device=placement.load_device, dtype=placement.decoder_dtype
+    )
+    if placement.load_device != placement.storage_device:
+        game_state.to(placement.storage_device)
+        decoder.to(placement.storage_device)
+    return CharacterModels(game_state=game_state, decoder=decoder)
 
 
 def build_preview_directory(directory: Path, seed: int = 0) -> Path:

@@ -36,6 +36,7 @@ def test_gpu_offloads_below_the_resident_budget(monkeypatch, memory_gib, low_vra
     assert placement.decoder_dtype == torch.float16
     assert placement.offload is offload
     assert placement.storage_device == ("cpu" if offload else "cuda")
+    assert placement.load_device == placement.storage_device and not placement.zero_gpu
 
 
 def test_zero_gpu_does_not_query_a_gpu_at_start_up(monkeypatch):
@@ -48,3 +49,5 @@ def test_zero_gpu_does_not_query_a_gpu_at_start_up(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", no_gpu_attached)
     placement = choose_placement("auto")
     assert placement.device == "cuda" and not placement.offload
+    assert placement.zero_gpu
+    assert (placement.load_device, placement.storage_device) == ("cpu", "cuda")
