@@ -62,7 +62,7 @@ def play(args: argparse.Namespace) -> int:
     registry = load_registry(settings.registry_path)
     character = registry.get(args.character or registry.characters[0].name).name
     instructions = [parse_instruction_text(text) for text in args.instructions]
-    engine = create_registry_engine(settings, registry)
+    engine = create_registry_engine(settings, registry, [character])
     print(f"engine: {engine.kind}" + (f" ({engine.notice})" if engine.notice else ""))
     session = new_session(character, settings.window)
     for offset, instruction in enumerate(instructions):

@@ -21,7 +21,8 @@ class Placement:
     `offload` keeps both models in CPU memory and moves each to the GPU only while it runs, so a
     24 GB card can play; it costs the PCIe transfers on every turn. `zero_gpu` marks a ZeroGPU
     Space: weights are read into CPU memory and then moved with `.to("cuda")`, the one way
-    ZeroGPU supports at start-up, where no GPU is attached yet.
+    ZeroGPU supports at start-up, where no GPU is attached yet. `resident_characters` is how many
+    characters' models may stay loaded at once (each takes the resident budget).
     """
 
     device: str
@@ -29,6 +30,7 @@ class Placement:
     decoder_dtype: torch.dtype
     offload: bool = False
     zero_gpu: bool = False
+    resident_characters: int = 1
 
     @property
     def storage_device(self) -> str:
@@ -71,4 +73,5 @@ def choose_placement(low_vram: str = "auto") -> Placement:
         decoder_dtype=torch.float16,
         offload=offload,
         zero_gpu=on_zero_gpu(),
+        resident_characters=1 if offload else max(1, total // RESIDENT_BUDGET_BYTES),
     )

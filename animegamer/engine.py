@@ -6,12 +6,15 @@ leaves the caller's session exactly as it was, so a failed turn can simply be re
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import logging
 import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,8 @@ EngineKind = Literal["real", "preview"]
 ProgressCallback = Callable[[float, str], None]
 PREVIEW_REPRESENTATION_DIM = 64
 MAX_STEPS = 200
+PREVIEW_CHARACTERS = 1 << 16
+"""Characters the preview engine serves at once: all, as they share one set of tiny models."""
 PREVIEW_NOTICE = (
     "Preview mode: clips come from a tiny, untrained preview model running on the CPU, so they "
     "are noise, and its state tokens are unreadable, so every turn counts as a neutral one "
@@ -89,6 +94,7 @@ class TurnEngine:
         guidance_scale: float,
         output_dir: Path,
         notice: str = "",
+        load_on_demand: bool = True,
     ) -> None:
         self.kind = kind
         self.placement = placement
@@ -96,22 +102,41 @@ class TurnEngine:
         self.guidance_scale = guidance_scale
         self.output_dir = Path(output_dir)
         self.notice = notice
+        self.load_on_demand = load_on_demand
         self._load_models = load_models
-        self._models: dict[str, CharacterModels] = {}
+        self._models: OrderedDict[str, CharacterModels] = OrderedDict()
         self._lock = threading.Lock()
 
-    def models_for(self, character: str) -> CharacterModels:
-        """The character's models, loaded on first use (at start-up for the default one).
-
-        In low-VRAM mode only one character stays loaded, to bound CPU memory too.
-        """
+    def load(self, character: str) -> CharacterModels:
+        """Load a character's models now (start-up), evicting the least recently used ones
+        beyond `placement.resident_characters`."""
         with self._lock:
-            if character not in self._models:
-                if self.placement.offload:
-                    self._models.clear()
-                with log_stage("load", f"{character} ({self.kind} engine)", logger):
-                    self._models[character] = self._load_models(character, self.placement)
+            return self._load_locked(character)
+
+    def models_for(self, character: str) -> CharacterModels:
+        """The character's models; loaded on first use unless `load_on_demand` is off (ZeroGPU:
+        a turn runs in a GPU worker whose loads would be lost, so everything loads at start-up)."""
+        with self._lock:
+            if character in self._models:
+                self._models.move_to_end(character)
+                return self._models[character]
+            if not self.load_on_demand:
+                raise EngineError(f"{character} was not loaded when the Space started.")
+            return self._load_locked(character)
+
+    def _load_locked(self, character: str) -> CharacterModels:
+        if character in self._models:
             return self._models[character]
+        while len(self._models) >= self.placement.resident_characters:
+            evicted, _ = self._models.popitem(last=False)
+            logger.info("unloading %s to make room for %s", evicted, character)
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        with log_stage("load", f"{character} ({self.kind} engine)", logger):
+            models = self._load_models(character, self.placement)
+        self._models[character] = models
+        return models
 
     def clip_path(self, session: Session, turn_index: int, seed: int) -> Path:
         folder = self.output_dir / session.session_id
@@ -240,7 +265,7 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
     return TurnEngine(
         lambda character, placement: models,
         kind="preview",
-        placement=CPU_PLACEMENT,
+        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=PREVIEW_CHARACTERS),
         num_inference_steps=settings.preview_steps,
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
@@ -251,22 +276,37 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
 def create_engine(
     settings: Settings,
     resolve_character: Callable[[str], Path],
-    default_character: str,
+    characters: Sequence[str],
 ) -> TurnEngine:
     """The real engine when it can run, the preview engine otherwise (`settings.engine = auto`).
 
-    `resolve_character` turns a character name into a ready project-layout directory
-    (downloading and converting on first use). The default character is loaded now, so the first
-    visitor does not wait, and so that ZeroGPU sees the weights at start-up.
+    Every character's checkpoints are resolved now (downloaded and converted once), so no turn
+    ever waits on a download. The first character's models are loaded now too, so the first
+    visitor does not wait; on ZeroGPU every character's are, as a GPU worker cannot keep a load.
+    A character whose checkpoints cannot be had stays listed but refuses turns with the reason.
     """
     if settings.engine == "preview":
         return create_preview_engine(settings)
     if settings.engine == "auto" and not torch.cuda.is_available():
         return create_preview_engine(settings, f"No GPU was found. {PREVIEW_NOTICE}")
     placement = choose_placement(settings.low_vram)
+    default, *others = characters
+    try:
+        directories = {default: resolve_character(default)}
+    except Exception as error:
+        return _preview_instead(settings, error)
+    unavailable: dict[str, str] = {}
+    for name in others:
+        try:
+            directories[name] = resolve_character(name)
+        except Exception as error:
+            logger.warning("%s cannot be played: %s", name, error)
+            unavailable[name] = str(error)
 
     def load(character: str, placement: Placement) -> CharacterModels:
-        return load_character_models(resolve_character(character), placement)
+        if character in unavailable:
+            raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
+        return load_character_models(directories[character], placement)
 
     engine = TurnEngine(
         load,
@@ -275,23 +315,39 @@ def create_engine(
         num_inference_steps=settings.steps,
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
+        load_on_demand=not placement.zero_gpu,
     )
     try:
-        engine.models_for(default_character)
+        engine.load(default)
     except Exception as error:
-        if settings.engine == "real":
-            raise
-        logger.warning("real engine unavailable, using the preview engine: %s", error)
-        return create_preview_engine(
-            settings, f"The real models could not be loaded ({error}). {PREVIEW_NOTICE}"
-        )
+        return _preview_instead(settings, error)
+    if placement.zero_gpu:
+        for name in others:
+            if name not in unavailable:
+                engine.load(name)
     return engine
 
 
-def create_registry_engine(settings: Settings, registry: Registry) -> TurnEngine:
-    """`create_engine` with checkpoints resolved from the character registry (app and CLI)."""
+def _preview_instead(settings: Settings, error: Exception) -> TurnEngine:
+    """`auto` falls back to the preview engine, saying why; `real` fails loudly."""
+    if settings.engine == "real":
+        raise error
+    logger.warning("real engine unavailable, using the preview engine: %s", error)
+    return create_preview_engine(
+        settings, f"The real models could not be loaded ({error}). {PREVIEW_NOTICE}"
+    )
+
+
+def create_registry_engine(
+    settings: Settings, registry: Registry, characters: Sequence[str] | None = None
+) -> TurnEngine:
+    """`create_engine` with checkpoints resolved from the character registry (app and CLI).
+
+    `characters` (default: all of the registry, the first one loaded first) limits what is
+    resolved, e.g. to the one character the CLI plays.
+    """
 
     def resolve(name: str) -> Path:
         return resolve_character(registry.get(name))
 
-    return create_engine(settings, resolve, registry.characters[0].name)
+    return create_engine(settings, resolve, characters or registry.names)

@@ -37,6 +37,7 @@ def test_gpu_offloads_below_the_resident_budget(monkeypatch, memory_gib, low_vra
     assert placement.offload is offload
     assert placement.storage_device == ("cpu" if offload else "cuda")
     assert placement.load_device == placement.storage_device and not placement.zero_gpu
+    assert placement.resident_characters == (1 if offload else max(1, memory_gib // 34))
 
 
 def test_zero_gpu_does_not_query_a_gpu_at_start_up(monkeypatch):

@@ -1,0 +1,116 @@
+"""Engine start-up: which engine, which characters are resolved and loaded, and when."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from animegamer import engine as engine_module
+from animegamer.devices import Placement
+from animegamer.engine import CharacterModels, EngineError, create_engine
+from animegamer.settings import Settings
+
+CHARACTERS = ("Qiqi", "Sosuke", "Totoro")
+
+
+class Startup:
+    """Fakes the GPU and the checkpoints; records what the engine resolves and loads."""
+
+    def __init__(self, monkeypatch, placement: Placement, broken: set[str] = frozenset()):
+        self.resolved: list[str] = []
+        self.loaded: list[str] = []
+        self.broken = broken
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(engine_module, "choose_placement", lambda low_vram: placement)
+        monkeypatch.setattr(engine_module, "load_character_models", self.load)
+
+    def resolve(self, name: str) -> Path:
+        self.resolved.append(name)
+        if name in self.broken:
+            raise RuntimeError(f"{name}: gated repo, no token")
+        return Path(f"/checkpoints/{name}")
+
+    def load(self, directory: Path, placement: Placement) -> CharacterModels:
+        self.loaded.append(directory.name)
+        return CharacterModels(game_state=directory.name, decoder=placement)  # type: ignore[arg-type]
+
+
+def _settings(tmp_path: Path, engine: str = "auto") -> Settings:
+    return Settings(engine=engine, output_dir=tmp_path, preview_steps=1)
+
+
+GPU = Placement(device="cuda", game_state_dtype=torch.bfloat16, decoder_dtype=torch.float16)
+
+
+def test_every_character_is_resolved_and_the_first_loaded(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU)
+    engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    assert engine.kind == "real" and engine.notice == ""
+    assert startup.resolved == list(CHARACTERS)
+    assert startup.loaded == ["Qiqi"]
+    assert engine.models_for("Sosuke").game_state == "Sosuke"
+    assert startup.loaded == ["Qiqi", "Sosuke"]
+
+
+def test_one_resident_character_is_swapped_out(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU)
+    engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    for name in ("Sosuke", "Sosuke", "Qiqi", "Qiqi"):
+        engine.models_for(name)
+    assert startup.loaded == ["Qiqi", "Sosuke", "Qiqi"]
+
+
+def test_two_resident_characters_stay_loaded(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, dataclasses.replace(GPU, resident_characters=2))
+    engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    for name in ("Sosuke", "Qiqi", "Sosuke", "Totoro", "Sosuke", "Qiqi"):
+        engine.models_for(name)
+    assert startup.loaded == ["Qiqi", "Sosuke", "Totoro", "Qiqi"]
+
+
+def test_zero_gpu_loads_everything_at_start_up_and_nothing_later(monkeypatch, tmp_path):
+    placement = dataclasses.replace(GPU, zero_gpu=True, resident_characters=8)
+    startup = Startup(monkeypatch, placement, broken={"Totoro"})
+    engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    assert startup.loaded == ["Qiqi", "Sosuke"]
+    assert engine.models_for("Sosuke").game_state == "Sosuke"
+    with pytest.raises(EngineError, match="Totoro was not loaded when the Space started"):
+        engine.models_for("Totoro")
+    assert startup.loaded == ["Qiqi", "Sosuke"]
+
+
+def test_an_unavailable_character_refuses_turns_with_the_reason(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU, broken={"Sosuke"})
+    engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    assert engine.kind == "real"
+    with pytest.raises(EngineError, match="Sosuke cannot be played here: Sosuke: gated repo"):
+        engine.models_for("Sosuke")
+
+
+def test_auto_falls_back_to_the_preview_engine_and_says_why(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU, broken={"Qiqi"})
+    monkeypatch.setattr(engine_module, "create_preview_engine",
+                        lambda settings, notice: ("preview", notice))
+    kind, notice = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    assert kind == "preview"
+    assert "could not be loaded (Qiqi: gated repo, no token)" in notice
+    assert startup.loaded == []
+
+
+def test_real_engine_fails_loudly(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU, broken={"Qiqi"})
+    with pytest.raises(RuntimeError, match="gated repo"):
+        create_engine(_settings(tmp_path, "real"), startup.resolve, CHARACTERS)
+
+
+def test_no_gpu_means_preview_without_resolving_anything(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(engine_module, "create_preview_engine",
+                        lambda settings, notice: ("preview", notice))
+    kind, notice = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
+    assert kind == "preview" and notice.startswith("No GPU was found.")
+    assert startup.resolved == []
