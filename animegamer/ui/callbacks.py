@@ -28,6 +28,7 @@ import spaces
 import torch
 
 from animegamer.characters import Character, Registry, RegistryError
+from animegamer.devices import Placement
 from animegamer.engine import EngineError
 from animegamer.game import (
     INSTRUCTION_FIELDS,
@@ -78,6 +79,7 @@ class Engine(Protocol):
     notice: str
     num_inference_steps: int
     output_dir: Path
+    placement: Placement
 
     def play(
         self,
@@ -193,7 +195,6 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
     ) -> int:
         return gpu_seconds(steps)
 
-    @spaces.GPU(duration=duration)
     def run_turn(
         session: Session,
         instruction: Instruction,
@@ -210,7 +211,9 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
                 session, instruction, seed=seed, progress=report, num_inference_steps=steps
             )
 
-    return run_turn
+    if engine.kind == "preview":
+        return run_turn  # CPU only: a ZeroGPU reservation would only spend the visitor's quota
+    return spaces.GPU(duration=duration)(run_turn)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -23,6 +23,9 @@ SESSION_TTL_S = 3 * 3600
 CACHE_SWEEP = (3600, 24 * 3600)
 QUEUE_MAX_SIZE = 32
 GPU_CONCURRENCY = 1
+ZERO_GPU_CONCURRENCY = 4
+"""ZeroGPU runs each turn in its own worker on its own GPU slice: turns need not queue behind one
+another there, while one dedicated GPU plays one turn at a time."""
 LIGHT_CONCURRENCY = 4
 FIELD_SCALES = {"character": 2, "adverb": 2, "motion": 3, "time": 2, "place": 3}
 HISTORY_WIDTHS = ["5%", "22%", "6%", "8%", "7%", "12%", "7%", "6%", "11%", "9%", "7%"]
@@ -262,7 +265,9 @@ def build_app(
             inputs=[player, *fields, text, seed],
             outputs=[player, *screen, *fields, text],
             api_name="play",
-            concurrency_limit=GPU_CONCURRENCY,
+            concurrency_limit=(
+                ZERO_GPU_CONCURRENCY if engine.placement.zero_gpu else GPU_CONCURRENCY
+            ),
             concurrency_id="gpu",
             trigger_mode="once",
             show_progress_on=[clip],
