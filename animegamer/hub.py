@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import time
 import zipfile
@@ -65,6 +66,7 @@ BASE_LLM_FILES = (
     "special_tokens_map.json",
 )
 BASE_LLM_WEIGHTS = ("*.safetensors", "model.safetensors.index.json")
+_CACHE_KEY = re.compile(r"[0-9a-f]{16}")
 _TOKEN_HELP = (
     "create a read token at https://huggingface.co/settings/tokens and set it as HF_TOKEN "
     "(on a Space: Settings → Variables and secrets → New secret)"
@@ -159,7 +161,19 @@ def resolve_character(
             convert_release(
                 files, target, name=character.name, check_resources_first=check_resources
             )
+        for superseded in _other_conversions(target, character.name):
+            log.info("cache %s: removing the superseded conversion %s", key, superseded)
+            shutil.rmtree(superseded, ignore_errors=True)
     return target
+
+
+def _other_conversions(target: Path, name: str) -> list[Path]:
+    """Earlier conversions of the same character (other source revisions): each is 10-30 GB,
+    and a revision that comes back is converted again rather than kept forever."""
+    return [
+        path for path in target.parent.glob(f"{name}-*")
+        if path != target and path.is_dir() and _CACHE_KEY.fullmatch(path.name[len(name) + 1 :])
+    ]
 
 
 def is_trusted(target: Path, key: str) -> bool:

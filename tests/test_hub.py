@@ -198,19 +198,19 @@ def test_only_the_characters_folders_are_requested_at_pinned_commits(
     assert by_repo[qiqi.release.vae.repo] == (qiqi.release.vae.revision, ["vae/*"])
 
 
-def test_a_new_release_revision_reconverts_and_the_old_one_is_kept(
+def test_a_new_release_revision_reconverts_and_replaces_the_old_one(
     hub_cache, qiqi, calls, tiny_release, tmp_path
 ):
     cache_dir = tmp_path / "animegamer"
     old = hub.resolve_character(qiqi, cache_dir)
+    other_character = old.with_name(f"Qiqi2-{'0' * 16}")
+    other_character.mkdir()
     put_release(hub_cache, tiny_release, NEW_RELEASE_COMMIT)  # refs/main moves
     new = hub.resolve_character(qiqi, cache_dir)
-    assert new != old and old.is_dir()
+    assert new != old and not old.exists() and other_character.is_dir()
     assert read_manifest(new)["sources"]["release"]["commit"] == NEW_RELEASE_COMMIT
     assert calls["mllm"] == 2
-    refs = hub_cache / "models--TencentARC--AnimeGamer" / "refs" / "main"
-    refs.write_text(RELEASE_COMMIT)
-    assert hub.resolve_character(qiqi, cache_dir) == old
+    assert hub.resolve_character(qiqi, cache_dir) == new
     assert calls["mllm"] == 2
 
 
@@ -444,3 +444,16 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     assert hub.default_cache_dir() == tmp_path / "animegamer"
     monkeypatch.setattr(hub, "SPACE_DATA_DIR", tmp_path / "absent")
     assert hub.default_cache_dir() == Path.home() / ".cache" / "animegamer"
+
+
+def test_a_gated_refusal_with_a_partial_cache_is_explained_as_access(
+    gated_hub, hub_cache, qiqi, tiny_release
+):
+    """Mistral's small files were cached before; one is missing now and the Hub refuses the
+    token: the message is about access, not about being offline."""
+    ref = qiqi.release.base_llm
+    put_in_hub_cache(hub_cache, ref.repo, folder_files(tiny_release["base_llm"]), ref.revision)
+    snapshot = hub_cache / "models--mistralai--Mistral-7B-Instruct-v0.1" / "snapshots"
+    (snapshot / ref.revision / "config.json").unlink()
+    with pytest.raises(hub.AccessError, match="is a gated model and no Hugging Face token"):
+        hub.fetch(ref, ["config.json", "tokenizer.json"])
