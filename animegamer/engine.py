@@ -103,6 +103,9 @@ class TurnEngine:
         self.output_dir = Path(output_dir)
         self.notice = notice
         self.load_on_demand = load_on_demand
+        self.representation_dim: int | None = None
+        """Width of the representations the models exchange (one for every character), known
+        once a character is loaded; a saved game of another width cannot continue here."""
         self._load_models = load_models
         self._models: OrderedDict[str, CharacterModels] = OrderedDict()
         self._lock = threading.Lock()
@@ -136,6 +139,7 @@ class TurnEngine:
         with log_stage("load", f"{character} ({self.kind} engine)", logger):
             models = self._load_models(character, self.placement)
         self._models[character] = models
+        self.representation_dim = models.game_state.representation_dim
         return models
 
     def clip_path(self, session: Session, turn_index: int, seed: int) -> Path:
@@ -262,7 +266,7 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
     directory = build_preview_directory(Path(tempfile.mkdtemp(prefix="animegamer-preview-")))
     models = load_character_models(directory, CPU_PLACEMENT)
-    return TurnEngine(
+    engine = TurnEngine(
         lambda character, placement: models,
         kind="preview",
         placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=PREVIEW_CHARACTERS),
@@ -271,6 +275,8 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
         output_dir=settings.output_dir,
         notice=notice,
     )
+    engine.representation_dim = models.game_state.representation_dim
+    return engine
 
 
 def create_engine(

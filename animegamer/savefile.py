@@ -212,9 +212,16 @@ def _read_representations(data: bytes, window: int, turn_count: int) -> tuple[to
     return reps
 
 
-def load_game(path: str | Path, clip_dir: str | Path, character_names: set[str]) -> Session:
+def load_game(
+    path: str | Path,
+    clip_dir: str | Path,
+    character_names: set[str],
+    representation_dim: int | None = None,
+) -> Session:
     """Read a saved game, validating everything, and unpack its clips into `clip_dir`.
 
+    `representation_dim`, when given, is the width the playing models use: a game saved with
+    other models (the preview engine's 64 against the real 1920) could not continue.
     The loaded session gets a new `session_id`: it is a new game that continues the saved one.
     """
     path, clip_dir = Path(path), Path(clip_dir)
@@ -259,6 +266,12 @@ def load_game(path: str | Path, clip_dir: str | Path, character_names: set[str])
             _require(not missing, f"missing clips: {missing}.")
             reps = _read_representations(
                 archive.read(REPRESENTATIONS_MEMBER), window, len(turns)
+            )
+            saved_width = reps[0].shape[-1] if reps else representation_dim
+            _require(
+                saved_width == representation_dim or representation_dim is None,
+                f"this game was saved with other models (representations {saved_width} wide, "
+                f"these models use {representation_dim}); it cannot continue here.",
             )
             clip_dir.mkdir(parents=True, exist_ok=True)
             for turn in turns:

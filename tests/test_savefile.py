@@ -168,3 +168,10 @@ def test_zip_bomb_is_refused(tmp_path):
         archive.writestr("clips/turn_0009.mp4", b"\x00" * (8 << 20))
     with pytest.raises(SaveFileError, match="suspiciously compressed"):
         load_game(path, tmp_path / "loaded", CHARACTERS)
+
+
+def test_a_game_saved_with_other_models_is_refused(tmp_path):
+    path = save_game(_played(tmp_path), tmp_path / "game.zip")
+    with pytest.raises(SaveFileError, match="16 wide, these models use 1920"):
+        load_game(path, tmp_path / "loaded", CHARACTERS, representation_dim=1920)
+    assert len(load_game(path, tmp_path / "ok", CHARACTERS, representation_dim=16).turns) == 3

@@ -29,6 +29,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.playthrough import PlaythroughError, concat_mp4
+from animegamer.savefile import save_game
 from animegamer.ui import GameUI, Player
 from animegamer.ui.callbacks import PLAYERS_FOLDER, gpu_seconds, parse_seed
 from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
@@ -232,6 +233,20 @@ def test_load_rejects_a_bad_file_and_keeps_the_game(ui, two_turns, tmp_path):
         ui.load(second.player, None)
     assert len(second.player.session.turns) == 2
     assert all(Path(t.clip_path).is_file() for t in second.player.session.turns)
+
+
+def test_load_refuses_a_game_of_other_models(ui, two_turns, tmp_path):
+    """A game saved on the real engine (1920-wide representations) cannot continue on the
+    preview models (64), and the reverse."""
+    _, second = two_turns
+    session = second.player.session
+    wide = dataclasses.replace(
+        session, representations=tuple(torch.randn(226, 1920) for _ in session.representations)
+    )
+    path = save_game(wide, tmp_path / "real.zip")
+    with pytest.raises(gr.Error, match="saved with other models"):
+        ui.load(second.player, str(path))
+    assert ui.engine.representation_dim == 64
 
 
 def test_save_and_playthrough_need_a_turn(ui):

@@ -80,6 +80,7 @@ class Engine(Protocol):
     num_inference_steps: int
     output_dir: Path
     placement: Placement
+    representation_dim: int | None
 
     def play(
         self,
@@ -389,7 +390,9 @@ class GameUI:
             raise user_error("Choose a saved game (.zip) to load.", "Nothing to load")
         clip_dir = self.workdir(player, f"loaded-{uuid.uuid4().hex[:12]}")
         try:
-            session = load_game(path, clip_dir, set(self.registry.names))
+            session = load_game(
+                path, clip_dir, set(self.registry.names), self.engine.representation_dim
+            )
         except SaveFileError as error:
             shutil.rmtree(clip_dir, ignore_errors=True)
             raise user_error(str(error), "Cannot load this saved game") from error
