@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -35,7 +36,8 @@ class Startup:
 
     def load(self, directory: Path, placement: Placement) -> CharacterModels:
         self.loaded.append(directory.name)
-        return CharacterModels(game_state=directory.name, decoder=placement)  # type: ignore[arg-type]
+        game_state = SimpleNamespace(name=directory.name, representation_dim=1920)
+        return CharacterModels(game_state=game_state, decoder=None)  # type: ignore[arg-type]
 
 
 def _settings(tmp_path: Path, engine: str = "auto") -> Settings:
@@ -51,7 +53,8 @@ def test_every_character_is_resolved_and_the_first_loaded(monkeypatch, tmp_path)
     assert engine.kind == "real" and engine.notice == ""
     assert startup.resolved == list(CHARACTERS)
     assert startup.loaded == ["Qiqi"]
-    assert engine.models_for("Sosuke").game_state == "Sosuke"
+    assert engine.representation_dim == 1920
+    assert engine.models_for("Sosuke").game_state.name == "Sosuke"
     assert startup.loaded == ["Qiqi", "Sosuke"]
 
 
@@ -76,7 +79,7 @@ def test_zero_gpu_loads_everything_at_start_up_and_nothing_later(monkeypatch, tm
     startup = Startup(monkeypatch, placement, broken={"Totoro"})
     engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
     assert startup.loaded == ["Qiqi", "Sosuke"]
-    assert engine.models_for("Sosuke").game_state == "Sosuke"
+    assert engine.models_for("Sosuke").game_state.name == "Sosuke"
     with pytest.raises(EngineError, match="Totoro was not loaded when the Space started"):
         engine.models_for("Totoro")
     assert startup.loaded == ["Qiqi", "Sosuke"]
