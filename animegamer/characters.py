@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+
+from animegamer.game import INSTRUCTION_FIELDS, Instruction, InstructionError, make_instruction
 
 REGISTRY_FORMAT = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -35,17 +37,6 @@ class RegistryError(ValueError):
 
 class UnknownCharacterError(RegistryError):
     """A character name that the registry does not list."""
-
-
-@dataclass(frozen=True)
-class InstructionFields:
-    """The five fields of a player instruction (same names as `animegamer.game.Instruction`)."""
-
-    character: str
-    adverb: str
-    motion: str
-    time: str
-    place: str
 
 
 @dataclass(frozen=True)
@@ -83,8 +74,8 @@ class Character:
     name: str
     display_name: str
     avatar: Path | None
-    defaults: InstructionFields
-    examples: tuple[InstructionFields, ...]
+    defaults: Instruction
+    examples: tuple[Instruction, ...]
     release: ReleaseSource | None
     converted: RepoRef | None
 
@@ -230,14 +221,17 @@ def _parse_character(raw: Any, where: _Where) -> Character:
     )
 
 
-def _parse_fields(raw: Any, field: str, where: _Where, character: str | None) -> InstructionFields:
-    names = {f.name for f in fields(InstructionFields)}
+def _parse_fields(raw: Any, field: str, where: _Where, character: str | None) -> Instruction:
+    """An instruction of the registry, held to the same rules as one a player types."""
+    names = set(INSTRUCTION_FIELDS)
     required = names if character is None else names - {"character"}
     values = where.mapping(raw, field, required=required, optional=names - required)
     values.setdefault("character", character)
-    return InstructionFields(
-        **{key: where.text(values[key], f"{field}.{key}") for key in sorted(names)}
-    )
+    texts = {key: where.text(values[key], f"{field}.{key}") for key in sorted(names)}
+    try:
+        return make_instruction(texts)
+    except InstructionError as error:
+        where.fail(field, str(error))
 
 
 def _parse_weights(raw: Any, where: _Where) -> tuple[ReleaseSource | None, RepoRef | None]:

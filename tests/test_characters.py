@@ -14,13 +14,13 @@ from PIL import Image
 from animegamer import game
 from animegamer.characters import (
     DEFAULT_LATENT_SIZE,
-    InstructionFields,
     RegistryError,
     UnknownCharacterError,
     default_registry_path,
     load_registry,
     parse_registry,
 )
+from animegamer.game import Instruction
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MISTRAL = "mistralai/Mistral-7B-Instruct-v0.1"
@@ -92,7 +92,7 @@ def test_shipped_registry_lists_qiqi_and_sosuke_with_pinned_sources():
 
 
 def test_shipped_defaults_and_examples_are_playable_instructions():
-    names = tuple(f.name for f in dataclasses.fields(InstructionFields))
+    names = tuple(f.name for f in dataclasses.fields(Instruction))
     assert names == game.INSTRUCTION_FIELDS
     for character in load_registry().characters:
         assert character.examples
@@ -120,7 +120,7 @@ def test_get_is_case_insensitive_and_unknown_names_list_the_known_ones():
 def test_examples_inherit_the_character_and_converted_only_entries_load(tmp_path):
     registry = parse_registry(_valid(), tmp_path / "characters.yaml")
     qiqi, sosuke = registry.characters
-    assert qiqi.examples[0] == InstructionFields("Qiqi", "gently", "lie down", "night", "room")
+    assert qiqi.examples[0] == Instruction("Qiqi", "gently", "lie down", "night", "room")
     assert qiqi.display_name == "Qiqi" and qiqi.avatar is None and qiqi.converted is None
     assert sosuke.release is None
     assert sosuke.converted.repo == "someone/animegamer-sosuke"
@@ -172,6 +172,8 @@ _RELEASE = "characters/0/weights/release"
         ("characters/0/defaults/time", "  ", r"\(Qiqi\): field 'defaults.time' must be a non-"),
         ("characters/0/examples", "fly", r"\(Qiqi\): field 'examples' must be a list"),
         ("characters/0/examples/0/place", _DELETE, r"field 'examples\[0\].place' is required"),
+        ("characters/0/defaults/place", "sky\x07", r"field 'defaults' Place contains a control"),
+        ("characters/0/examples/0/motion", "x" * 81, r"field 'examples\[0\]' Motion is too long"),
         ("characters/0/avatar", "nope.png", r"\(Qiqi\): field 'avatar' names .*nope.png"),
         ("characters/0/weights", {}, r"\(Qiqi\): field 'weights' needs a 'release' or"),
         (f"{_RELEASE}/revision", _DELETE, r"\(Qiqi\): field 'weights.release.revision' is req"),
