@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from animegamer.characters import RegistryError, load_registry
-from animegamer.engine import create_registry_engine
+from animegamer.convert.errors import ConversionError
+from animegamer.engine import EngineError, create_registry_engine
 from animegamer.game import InstructionError, Turn, new_session, parse_instruction_text
+from animegamer.hub import HubError
 from animegamer.savefile import save_game
 from animegamer.settings import ENGINE_KINDS, Settings, SettingsError
 
@@ -84,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return play(args)
-    except (InstructionError, RegistryError, SettingsError) as error:
+    except (InstructionError, RegistryError, SettingsError, HubError, ConversionError,
+            EngineError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
 

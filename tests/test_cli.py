@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from animegamer.__main__ import main
 from animegamer.characters import load_registry
+from animegamer.hub import HubError
 from animegamer.savefile import load_game
 
 FIRST = "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
@@ -37,3 +38,13 @@ def test_unknown_character_is_refused(tmp_path, capsys):
                  "--out", str(tmp_path)])
     assert code == 2
     assert "unknown character 'Totoro'" in capsys.readouterr().err
+
+
+def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypatch):
+    def unreachable(character, *args, **kwargs):
+        raise HubError(f"{character.name}: the Hub cannot be reached")
+
+    monkeypatch.setattr("animegamer.engine.resolve_character", unreachable)
+    code = main(["play", "--engine", "real", FIRST, "--out", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err == "error: Qiqi: the Hub cannot be reached\n"
