@@ -25,6 +25,7 @@ import torch
 from animegamer.characters import Registry
 from animegamer.devices import CPU_PLACEMENT, Placement, choose_placement
 from animegamer.game import (
+    MAX_STEPS,
     Instruction,
     Session,
     Timings,
@@ -45,7 +46,6 @@ logger = logging.getLogger(__name__)
 EngineKind = Literal["real", "preview"]
 ProgressCallback = Callable[[float, str], None]
 PREVIEW_REPRESENTATION_DIM = 64
-MAX_STEPS = 200
 PREVIEW_CHARACTERS = 1 << 16
 """Characters the preview engine serves at once: all, as they share one set of tiny models."""
 PREVIEW_NOTICE = (

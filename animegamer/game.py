@@ -25,6 +25,9 @@ MOTION_LEVELS = (1, 2, 3, 4, 5)
 DEFAULT_MOTION_LEVEL = 3
 MAX_FIELD_CHARS = 80
 MAX_WINDOW = 5
+MAX_STEPS = 200
+REPRESENTATION_TOKENS = 226
+"""Vectors in one shot representation (= frame positions of a video block in the prompt)."""
 INSTRUCTION_FIELDS = ("character", "adverb", "motion", "time", "place")
 FIELD_LABELS = {
     "character": "Character",

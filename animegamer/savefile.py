@@ -22,6 +22,7 @@ from safetensors.torch import save as save_safetensors
 
 from animegamer.game import (
     MAX_WINDOW,
+    REPRESENTATION_TOKENS,
     STATE_DELTA_RANGE,
     GameStates,
     Gauges,
@@ -43,7 +44,6 @@ MAX_FILE_BYTES = 1 << 30
 MAX_MEMBER_BYTES = 64 << 20
 MAX_JSON_BYTES = 16 << 20
 MAX_COMPRESSION_RATIO = 200
-REPRESENTATION_TOKENS = 226
 
 
 class SaveFileError(ValueError):

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from animegamer.game import MAX_WINDOW
+from animegamer.game import MAX_STEPS, MAX_WINDOW
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
@@ -67,8 +67,8 @@ class Settings:
             raise SettingsError(f"ANIMEGAMER_WINDOW must be in 1..{MAX_WINDOW}: {self.window}")
         for name, steps in (("ANIMEGAMER_STEPS", self.steps),
                             ("ANIMEGAMER_PREVIEW_STEPS", self.preview_steps)):
-            if not 1 <= steps <= 200:
-                raise SettingsError(f"{name} must be in 1..200: {steps}")
+            if not 1 <= steps <= MAX_STEPS:
+                raise SettingsError(f"{name} must be in 1..{MAX_STEPS}: {steps}")
         if not 1.0 <= self.guidance_scale <= 20.0:
             raise SettingsError(f"ANIMEGAMER_GUIDANCE must be in 1..20: {self.guidance_scale}")
 

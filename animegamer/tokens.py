@@ -18,11 +18,10 @@ import torch
 from tokenizers import AddedToken
 from transformers import LlamaTokenizer, PreTrainedTokenizerFast
 
-from animegamer.game import GameStates, normalise_field
+from animegamer.game import REPRESENTATION_TOKENS, GameStates, normalise_field
 
 BASE_VOCAB_SIZE = 32000
-NUM_QUERY_TOKENS = 226
-"""Frame positions per video block (= vectors in one representation)."""
+NUM_QUERY_TOKENS = REPRESENTATION_TOKENS
 NUM_FRAME_TOKENS = 256
 STATE_RANGE = range(-5, 6)
 

@@ -36,12 +36,6 @@ RELEASE_LLM_PREFIX = "llm.base_model.model."
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")
-RESAMPLER_KEYS = tuple(
-    f"{name}.proj.{index}.{param}"
-    for name in ("input_resampler", "output_resampler")
-    for index in (0, 2)
-    for param in ("weight", "bias")
-)
 SHARD_BYTES = 4 * 2**30
 MAX_LISTED_KEYS = 20
 

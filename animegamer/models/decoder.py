@@ -25,10 +25,11 @@ from diffusers.configuration_utils import register_to_config
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from torch import nn
 
+from animegamer.game import REPRESENTATION_TOKENS
+
 DEFAULT_MOTION_SCOPES: tuple[float, ...] = (0.5, 1.0, 5.0, 20.0, 40.0)
 """The released demo's table: motion level ML 1..5 → motion-scope value."""
 
-REPRESENTATION_TOKENS = 226
 DEFAULT_STEPS = 50
 DEFAULT_GUIDANCE = 6.0
 
