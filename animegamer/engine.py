@@ -264,8 +264,8 @@ def build_preview_directory(directory: Path, seed: int = 0) -> Path:
 
 def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> TurnEngine:
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
-    directory = build_preview_directory(Path(tempfile.mkdtemp(prefix="animegamer-preview-")))
-    models = load_character_models(directory, CPU_PLACEMENT)
+    with tempfile.TemporaryDirectory(prefix="animegamer-preview-") as folder:
+        models = load_character_models(build_preview_directory(Path(folder)), CPU_PLACEMENT)
     engine = TurnEngine(
         lambda character, placement: models,
         kind="preview",

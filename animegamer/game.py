@@ -26,6 +26,10 @@ DEFAULT_MOTION_LEVEL = 3
 MAX_FIELD_CHARS = 80
 MAX_WINDOW = 5
 MAX_STEPS = 200
+MAX_GAME_TURNS = 1000
+"""The most turns one game keeps (its whole history is saved and shown). At about 0.5-1 MB per
+real clip a saved game of this length stays under the save file's 1 GiB limit, and at the
+paper's 24 s a turn it is almost seven hours of play."""
 REPRESENTATION_TOKENS = 226
 """Vectors in one shot representation (= frame positions of a video block in the prompt)."""
 INSTRUCTION_FIELDS = ("character", "adverb", "motion", "time", "place")
@@ -37,12 +41,13 @@ FIELD_LABELS = {
     "place": "Place",
 }
 
+MAX_INSTRUCTION_CHARS = 600
+"""The longest instruction text read: five fields of `MAX_FIELD_CHARS` and the labels fit with
+room to spare; anything longer is refused before it is parsed."""
+INSTRUCTION_LABELS = ("character", "motion", "background")
+"""The labelled parts of an instruction text, in order."""
+
 _WHITESPACE = re.compile(r"\s+")
-_INSTRUCTION_TEXT = re.compile(
-    r"^\s*character\s*:\s*(?P<character>[^;]*);\s*motion\s*:\s*(?P<motion>[^;]*);"
-    r"\s*background\s*:\s*(?P<background>[^;]*?)\s*\.?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
 
 
 class InstructionError(ValueError):
@@ -245,29 +250,64 @@ def make_instruction(fields: Mapping[str, str | None]) -> Instruction:
     return Instruction(**values)
 
 
+def _labelled_parts(text: str) -> dict[str, str] | None:
+    """`Character: …; Motion: …; Background: ….` → its three values, or None.
+
+    Plain splitting, linear in the length of the text: a backtracking pattern here let one
+    instruction of a few kilobytes hold the server for minutes.
+    """
+    body = text.strip()
+    body = body[:-1] if body.endswith(".") else body
+    parts = body.split(";")
+    if len(parts) != len(INSTRUCTION_LABELS):
+        return None
+    values: dict[str, str] = {}
+    for label, part in zip(INSTRUCTION_LABELS, parts, strict=True):
+        name, colon, value = part.partition(":")
+        if not colon or name.strip().lower() != label:
+            return None
+        values[label] = value
+    return values
+
+
 def parse_instruction_text(text: str) -> Instruction:
     """Parse `Character: …; Motion: <adverb> <verb phrase>; Background: <time> <place>.`"""
-    match = _INSTRUCTION_TEXT.match(text or "")
-    if match is None:
+    text = text or ""
+    if len(text) > MAX_INSTRUCTION_CHARS:
+        raise InstructionError(
+            f"The instruction is too long ({len(text)} characters; at most "
+            f"{MAX_INSTRUCTION_CHARS})."
+        )
+    parts = _labelled_parts(text)
+    if parts is None:
         raise InstructionError(
             "Could not read the instruction. Write it as "
             "'Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky.'"
         )
-    motion = normalise_field(match["motion"]).split(" ", 1)
-    background = normalise_field(match["background"]).split(" ", 1)
+    motion = normalise_field(parts["motion"]).split(" ", 1)
+    background = normalise_field(parts["background"]).split(" ", 1)
     if len(motion) < 2:
         raise InstructionError("Motion needs an adverb and a verb phrase, e.g. 'quickly fly'.")
     if len(background) < 2:
         raise InstructionError("Background needs a time and a place, e.g. 'day sky'.")
     return make_instruction(
         {
-            "character": match["character"],
+            "character": parts["character"],
             "adverb": motion[0],
             "motion": motion[1],
             "time": background[0],
             "place": background[1],
         }
     )
+
+
+def check_room_for_turn(session: Session) -> None:
+    """Refuse a turn beyond `MAX_GAME_TURNS` (before any model runs)."""
+    if len(session.turns) >= MAX_GAME_TURNS:
+        raise InstructionError(
+            f"This game has reached {MAX_GAME_TURNS} turns, the most one game keeps. Save it "
+            "and download the playthrough, then start a new game."
+        )
 
 
 def record_turn(
@@ -282,6 +322,7 @@ def record_turn(
     timings: Timings,
 ) -> Session:
     """The session after a played turn; keeps only the last `window` representations."""
+    check_room_for_turn(session)
     turn = Turn(
         index=len(session.turns) + 1,
         instruction=instruction,

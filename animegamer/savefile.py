@@ -1,27 +1,52 @@
 """Saved games: one zip holding the session as JSON, the window's representations as
 safetensors, and the clips.
 
-Loading treats the file as hostile: nothing in it is executed (no pickle), every member name,
-size, field, type and range is checked, and the gauges are recomputed from the states so a file
-cannot claim a game that was never played.
+Loading treats the file as hostile: nothing in it is executed (no pickle), every member name and
+size is checked, game.json must match the strict pydantic schema `GameJson` (no unknown fields,
+no coercion, every number bounded), the gauges are recomputed from the states so a file
+cannot claim a game that was never played, and every clip is checked to be an H.264 mp4 of the
+game's frame count and size (`animegamer.mp4check`) before it is unpacked. A refusal is one
+short `SaveFileError` message that quotes at most `MAX_SHOWN_CHARS` of any value from the file,
+and leaves nothing behind in the clip folder.
+
+Work limits, checked before the work they bound:
+
+- at most `MAX_GAME_TURNS` (1000) turns, so at most 2 + 1000 zip entries (game.json,
+  representations, one clip per turn). The entry count and the size of the zip's central
+  directory are read from its end record before `zipfile.ZipFile` parses the directory (which it
+  does whole: 3 million tiny entries took 27 s and 1.5 GB), and the turn list's length is checked
+  before any turn is parsed;
+- the file at most 1 GiB, an entry 64 MiB, a compression ratio of 200, and game.json 4 MiB,
+  which bounds its parsing to well under a second (a game of 1000 turns with the longest
+  instructions is 1.8 MB).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import gc
 import json
-import math
 import re
+import struct
 import zipfile
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from animegamer.game import (
+    GAUGE_MAX,
+    GAUGE_MIN,
+    MAX_FIELD_CHARS,
+    MAX_GAME_TURNS,
     MAX_WINDOW,
+    MOTION_LEVELS,
     REPRESENTATION_TOKENS,
     STATE_DELTA_RANGE,
     GameStates,
@@ -34,6 +59,7 @@ from animegamer.game import (
     effective_motion_level,
     make_instruction,
 )
+from animegamer.mp4check import ClipFacts, check_mp4
 
 SAVE_FORMAT = "animegamer-save"
 SAVE_VERSION = 1
@@ -42,12 +68,90 @@ REPRESENTATIONS_MEMBER = "representations.safetensors"
 CLIP_MEMBER = re.compile(r"^clips/turn_(\d{1,6})\.mp4$")
 MAX_FILE_BYTES = 1 << 30
 MAX_MEMBER_BYTES = 64 << 20
-MAX_JSON_BYTES = 16 << 20
+MAX_JSON_BYTES = 4 << 20
 MAX_COMPRESSION_RATIO = 200
+MAX_MEMBERS = 2 + MAX_GAME_TURNS
+MAX_DIRECTORY_ENTRY_BYTES = 46 + 256
+"""A central-directory entry: 46 fixed bytes, then name, extra field and comment (ours: < 40)."""
+MAX_SAFETENSORS_HEADER = 64 << 10
+"""The JSON header of `MAX_WINDOW` representations is a few hundred bytes."""
+MAX_SHOWN_CHARS = 60
+MAX_SEED = 2**63 - 1
+MAX_NAME_CHARS = 64
+"""A character name of the registry is at most 64 characters."""
+ALLOWED_COMPRESSION = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
+DISK_FULL = "The server's disk is full, so the saved game could not be unpacked; try again later."
+_END_RECORD = b"PK\x05\x06"
+_END_RECORD_BYTES = 22
+_ZIP64_LOCATOR = b"PK\x06\x07"
+_ZIP64_LOCATOR_BYTES = 20
+_MAX_ZIP_COMMENT = 0xFFFF
 
 
 class SaveFileError(ValueError):
     """A saved game that cannot be loaded; the message says what is wrong with it."""
+
+
+class _Schema(BaseModel):
+    """Strict (no coercion: a bool is not an integer, "3" is not a number), closed (no unknown
+    fields) and immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Delta = Annotated[int, Field(ge=STATE_DELTA_RANGE[0], le=STATE_DELTA_RANGE[1])]
+GaugeValue = Annotated[int, Field(ge=GAUGE_MIN, le=GAUGE_MAX)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+FieldText = Annotated[str, Field(max_length=4 * MAX_FIELD_CHARS)]
+"""`make_instruction` holds each field to the rules a typed one has; this bounds the raw text."""
+
+
+class InstructionJson(_Schema):
+    character: FieldText
+    adverb: FieldText
+    motion: FieldText
+    time: FieldText
+    place: FieldText
+
+
+class StatesJson(_Schema):
+    ml: Delta
+    sc: Delta
+    et: Delta
+    st: Delta
+
+
+class GaugesJson(_Schema):
+    stamina: GaugeValue
+    social: GaugeValue
+    entertainment: GaugeValue
+
+
+class TimingsJson(_Schema):
+    predict_s: Seconds
+    decode_s: Seconds
+    total_s: Seconds
+
+
+class TurnJson(_Schema):
+    index: Annotated[int, Field(ge=1, le=MAX_GAME_TURNS)]
+    instruction: InstructionJson
+    states: StatesJson
+    motion_level: Annotated[int, Field(ge=min(MOTION_LEVELS), le=max(MOTION_LEVELS))]
+    motion_scope: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    gauges: GaugesJson
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)]
+    timings: TimingsJson
+
+
+class GameJson(_Schema):
+    """game.json. `format` and `version` are checked first, with their own messages."""
+
+    format: str
+    version: int
+    character: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    window: Annotated[int, Field(ge=1, le=MAX_WINDOW)]
+    turns: Annotated[list[TurnJson], Field(max_length=MAX_GAME_TURNS)]
 
 
 def clip_member(index: int) -> str:
@@ -68,7 +172,11 @@ def _turn_to_json(turn: Turn) -> dict[str, Any]:
 
 
 def save_game(session: Session, path: str | Path) -> Path:
-    """Write `session` (with its clips) to one zip file at `path`."""
+    """Write `session` (with its clips) to one zip file at `path`.
+
+    The zip is written beside `path` and renamed into place, so a failure (a full disk) leaves
+    neither a partial file nor a changed `path`; the error propagates as it was raised.
+    """
     path = Path(path)
     payload = {
         "format": SAVE_FORMAT,
@@ -82,13 +190,17 @@ def save_game(session: Session, path: str | Path) -> Path:
         for i, rep in enumerate(session.representations)
     }
     tmp = path.with_name(path.name + ".partial")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(GAME_MEMBER, json.dumps(payload, indent=1, ensure_ascii=False))
-        archive.writestr(REPRESENTATIONS_MEMBER, save_safetensors(tensors))
-        for turn in session.turns:
-            if turn.clip_path and Path(turn.clip_path).is_file():
-                archive.write(turn.clip_path, clip_member(turn.index), zipfile.ZIP_STORED)
-    tmp.replace(path)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(GAME_MEMBER, json.dumps(payload, indent=1, ensure_ascii=False))
+            archive.writestr(REPRESENTATIONS_MEMBER, save_safetensors(tensors))
+            for turn in session.turns:
+                if turn.clip_path and Path(turn.clip_path).is_file():
+                    archive.write(turn.clip_path, clip_member(turn.index), zipfile.ZIP_STORED)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -97,87 +209,90 @@ def _require(condition: bool, message: str) -> None:
         raise SaveFileError(message)
 
 
-def _int_in(value: Any, low: int, high: int, what: str) -> int:
+def _short(value: Any) -> str:
+    """`repr(value)` cut to about `MAX_SHOWN_CHARS`: a message never echoes a long value whole
+    (a 15 MB name), nor reprs a container (slow, and deep ones recurse)."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int) and value.bit_length() > 3 * MAX_SHOWN_CHARS:
+        return "a very long integer"
+    text = repr(value[: MAX_SHOWN_CHARS + 1] if isinstance(value, str | bytes) else value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of an error's message, shortened, for 'could not be read (…)'."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
+def _end_record_at(tail: bytes) -> int:
+    """Where the end-of-central-directory record starts in the file's `tail`, found the way
+    `zipfile` finds it (the last 22 bytes, else the last signature), or -1."""
+    last = len(tail) - _END_RECORD_BYTES
+    if last >= 0 and tail[last : last + 4] == _END_RECORD and tail[-2:] == b"\x00\x00":
+        return last
+    at = tail.rfind(_END_RECORD)
+    return at if 0 <= at <= last else -1
+
+
+def _check_directory(path: Path) -> None:
+    """Refuse, from the zip's end record alone, an archive whose central directory would be too
+    costly to read: too many entries, or a directory too large for its entry count."""
+    size = path.stat().st_size
+    with path.open("rb") as stream:
+        stream.seek(max(0, size - _END_RECORD_BYTES - _MAX_ZIP_COMMENT))
+        tail = stream.read()
+    at = _end_record_at(tail)
+    _require(at >= 0, f"{path.name} is not a saved game (not a zip file).")
+    disk, directory_disk, here, entries, directory_bytes = struct.unpack(
+        "<4H I", tail[at + 4 : at + 16]
+    )
+    locator = tail[max(0, at - _ZIP64_LOCATOR_BYTES) : at]
     _require(
-        isinstance(value, int) and not isinstance(value, bool) and low <= value <= high,
-        f"{what} must be an integer in {low}..{high}, got {value!r}.",
+        not locator.startswith(_ZIP64_LOCATOR) and disk == directory_disk == 0 and here == entries,
+        "the saved game is a ZIP64 or multi-disk archive, which a saved game never is.",
     )
-    return value
-
-
-def _number(value: Any, what: str, *, positive: bool = False) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    _require(ok and (value > 0 if positive else value >= 0), f"{what} is not a valid number.")
-    return float(value)
-
-
-def _object(value: Any, keys: set[str], what: str) -> dict[str, Any]:
-    _require(isinstance(value, dict), f"{what} must be an object.")
-    _require(set(value) == keys, f"{what} must have exactly the fields {sorted(keys)}.")
-    return value
-
-
-def _parse_turn(raw: Any, position: int, previous: Gauges, clip_dir: Path) -> Turn:
-    what = f"turn {position}"
-    raw = _object(
-        raw,
-        {"index", "instruction", "states", "motion_level", "motion_scope", "gauges", "seed",
-         "timings"},
-        what,
+    _require(
+        entries <= MAX_MEMBERS,
+        f"the saved game has {entries} entries; at most {MAX_MEMBERS} ({MAX_GAME_TURNS} turns, "
+        "one clip each).",
     )
-    _require(raw["index"] == position, f"{what} is numbered {raw['index']!r}.")
-    fields = _object(
-        raw["instruction"], {"character", "adverb", "motion", "time", "place"},
-        f"{what} instruction",
+    _require(
+        directory_bytes <= max(entries, 1) * MAX_DIRECTORY_ENTRY_BYTES,
+        "the saved game's zip directory is implausibly large.",
     )
+
+
+def _open_zip(path: Path) -> zipfile.ZipFile:
     try:
-        instruction = make_instruction(fields)
-    except InstructionError as error:
-        raise SaveFileError(f"{what} instruction: {error}") from None
-    states_raw = _object(raw["states"], {"ml", "sc", "et", "st"}, f"{what} states")
-    low, high = STATE_DELTA_RANGE
-    states = GameStates(
-        ml=_int_in(states_raw["ml"], low, high, f"{what} motion level"),
-        sc=_int_in(states_raw["sc"], low, high, f"{what} social delta"),
-        et=_int_in(states_raw["et"], low, high, f"{what} entertainment delta"),
-        st=_int_in(states_raw["st"], low, high, f"{what} stamina delta"),
-    )
-    motion_level = _int_in(raw["motion_level"], 1, 5, f"{what} motion_level")
-    _require(
-        motion_level == effective_motion_level(states.ml),
-        f"{what} motion_level does not match its states.",
-    )
-    gauges_raw = _object(raw["gauges"], {"stamina", "social", "entertainment"}, f"{what} gauges")
-    gauges = Gauges(**{k: _int_in(v, 0, 100, f"{what} {k}") for k, v in gauges_raw.items()})
-    _require(
-        gauges == apply_states(previous, states),
-        f"{what} gauges do not follow from the previous turn and its states.",
-    )
-    timings_raw = _object(raw["timings"], {"predict_s", "decode_s", "total_s"}, f"{what} timings")
-    return Turn(
-        index=position,
-        instruction=instruction,
-        states=states,
-        motion_level=motion_level,
-        motion_scope=_number(raw["motion_scope"], f"{what} motion_scope", positive=True),
-        gauges=gauges,
-        seed=_int_in(raw["seed"], 0, 2**63 - 1, f"{what} seed"),
-        clip_path=str(clip_dir / f"turn_{position:04d}.mp4"),
-        timings=Timings(**{k: _number(v, f"{what} {k}") for k, v in timings_raw.items()}),
-    )
+        return zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise SaveFileError(f"{path.name} is not a saved game (not a zip file).") from None
 
 
 def _check_members(archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
     members: dict[str, zipfile.ZipInfo] = {}
     total = 0
-    for info in archive.infolist():
+    infos = archive.infolist()
+    _require(len(infos) <= MAX_MEMBERS, f"the saved game has more than {MAX_MEMBERS} entries.")
+    for info in infos:
         name = info.filename
         allowed = name in {GAME_MEMBER, REPRESENTATIONS_MEMBER} or CLIP_MEMBER.match(name)
-        _require(bool(allowed), f"unexpected entry {name!r} in the saved game.")
-        _require(name not in members, f"entry {name!r} appears twice.")
-        _require(info.file_size <= MAX_MEMBER_BYTES, f"entry {name!r} is too large.")
+        _require(bool(allowed), f"unexpected entry {_short(name)} in the saved game.")
+        _require(name not in members, f"entry {_short(name)} appears twice.")
+        _require(
+            info.compress_type in ALLOWED_COMPRESSION and not info.flag_bits & 1,
+            f"entry {_short(name)} is encrypted or uses an unsupported compression.",
+        )
+        _require(info.file_size <= MAX_MEMBER_BYTES, f"entry {_short(name)} is too large.")
         ratio = info.file_size / max(info.compress_size, 1)
-        _require(ratio <= MAX_COMPRESSION_RATIO, f"entry {name!r} is suspiciously compressed.")
+        _require(
+            ratio <= MAX_COMPRESSION_RATIO, f"entry {_short(name)} is suspiciously compressed."
+        )
         total += info.file_size
         members[name] = info
     _require(total <= MAX_FILE_BYTES, "the saved game is too large once unpacked.")
@@ -186,16 +301,126 @@ def _check_members(archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
     return members
 
 
+def _json_constant(name: str) -> float:
+    raise SaveFileError(f"{GAME_MEMBER} holds {name}, which is not a number.")
+
+
+def _parse_json(data: bytes) -> Any:
+    """The JSON value of game.json. A number too large for a float reads as inf and is refused
+    by the field that holds it; one of over 4300 digits is refused here."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # parsing creates only acyclic objects, and GC passes made it up to 10x slower
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_json_constant)
+    except UnicodeDecodeError:
+        raise SaveFileError(f"{GAME_MEMBER} is not UTF-8 text.") from None
+    except json.JSONDecodeError as error:
+        raise SaveFileError(f"{GAME_MEMBER} is not valid JSON ({error}).") from None
+    except RecursionError:
+        raise SaveFileError(f"{GAME_MEMBER} is nested too deeply.") from None
+    except SaveFileError:
+        raise
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise SaveFileError(f"{GAME_MEMBER} holds a number of thousands of digits.") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _where(location: tuple[int | str, ...]) -> str:
+    """'turn 3 states.sc' for ('turns', 2, 'states', 'sc'); names from the file are cut short."""
+    parts = [str(part)[:MAX_SHOWN_CHARS] for part in location]
+    if len(location) >= 2 and location[0] == "turns" and isinstance(location[1], int):
+        return " ".join([f"turn {location[1] + 1}", ".".join(parts[2:])]).strip()
+    return ".".join(parts) or GAME_MEMBER
+
+
+def _schema_message(error: ValidationError) -> str:
+    """One short message for the first problem pydantic found, naming the field."""
+    first = error.errors(include_url=False)[0]
+    where = _where(first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"{GAME_MEMBER}: {where} is not a known field."
+    if first["type"] == "missing":
+        return f"{GAME_MEMBER}: {where} is missing."
+    problem = first["msg"][:1].lower() + first["msg"][1:]
+    if first["type"] in {"too_long", "too_short"}:  # the message says how long it is
+        return f"{GAME_MEMBER}: {where}: {problem}."
+    return f"{GAME_MEMBER}: {where}: {problem}, got {_short(first['input'])}."
+
+
+def _validate_game(payload: Any) -> GameJson:
+    _require(isinstance(payload, dict), f"{GAME_MEMBER} must be an object.")
+    _require(payload.get("format") == SAVE_FORMAT, "this is not an AnimeGamer saved game.")
+    _require(
+        payload.get("version") == SAVE_VERSION,
+        f"saved-game version {_short(payload.get('version'))} is not supported "
+        f"(this app reads version {SAVE_VERSION}).",
+    )
+    try:
+        return GameJson.model_validate(payload)
+    except ValidationError as error:
+        raise SaveFileError(_schema_message(error)) from None
+
+
+def _make_turn(raw: TurnJson, position: int, previous: Gauges, clip_dir: Path) -> Turn:
+    """The turn, once what the schema cannot see holds: its number, an instruction a player
+    could have typed, and a motion level and gauges that follow from its states."""
+    what = f"turn {position}"
+    _require(raw.index == position, f"{what} is numbered {raw.index}.")
+    try:
+        instruction = make_instruction(raw.instruction.model_dump())
+    except InstructionError as error:
+        raise SaveFileError(f"{what} instruction: {error}") from None
+    states = GameStates(**raw.states.model_dump())
+    _require(
+        raw.motion_level == effective_motion_level(states.ml),
+        f"{what} motion_level does not match its states.",
+    )
+    gauges = Gauges(**raw.gauges.model_dump())
+    _require(
+        gauges == apply_states(previous, states),
+        f"{what} gauges do not follow from the previous turn and its states.",
+    )
+    return Turn(
+        index=position,
+        instruction=instruction,
+        states=states,
+        motion_level=raw.motion_level,
+        motion_scope=raw.motion_scope,
+        gauges=gauges,
+        seed=raw.seed,
+        clip_path=str(clip_dir / f"turn_{position:04d}.mp4"),
+        timings=Timings(**raw.timings.model_dump()),
+    )
+
+
+def _make_turns(raw_turns: list[TurnJson], clip_dir: Path) -> tuple[Turn, ...]:
+    turns: list[Turn] = []
+    gauges = Gauges()
+    for position, raw in enumerate(raw_turns, start=1):
+        turn = _make_turn(raw, position, gauges, clip_dir)
+        turns.append(turn)
+        gauges = turn.gauges
+    return tuple(turns)
+
+
 def _read_representations(data: bytes, window: int, turn_count: int) -> tuple[torch.Tensor, ...]:
+    """The representations of the last turns: any count up to `min(window, turn_count)`, since
+    an undo drops one without bringing back an older one."""
+    _require(
+        len(data) >= 8 and int.from_bytes(data[:8], "little") <= MAX_SAFETENSORS_HEADER,
+        f"{REPRESENTATIONS_MEMBER} is corrupt (its header is missing or too large).",
+    )
     try:
         tensors = load_safetensors(data)
     except Exception as error:  # safetensors raises several types for corrupt input
-        raise SaveFileError(f"{REPRESENTATIONS_MEMBER} is corrupt ({error}).") from None
-    count = len(tensors)
+        raise SaveFileError(f"{REPRESENTATIONS_MEMBER} is corrupt ({_reason(error)}).") from None
+    count, most = len(tensors), min(window, turn_count)
     _require(
-        count == min(window, turn_count),
-        f"{REPRESENTATIONS_MEMBER} holds {count} representations; expected "
-        f"{min(window, turn_count)}.",
+        count <= most,
+        f"{REPRESENTATIONS_MEMBER} holds {count} representations; a game of {turn_count} turns "
+        f"with window {window} keeps at most {most}.",
     )
     expected = {f"representation_{i}" for i in range(count)}
     _require(set(tensors) == expected, f"{REPRESENTATIONS_MEMBER} has unexpected names.")
@@ -212,75 +437,109 @@ def _read_representations(data: bytes, window: int, turn_count: int) -> tuple[to
     return reps
 
 
+def _check_clip_members(members: dict[str, zipfile.ZipInfo], turns: Sequence[Turn]) -> None:
+    clip_names = {clip_member(turn.index) for turn in turns}
+    stray = sorted(n for n in members if CLIP_MEMBER.match(n) and n not in clip_names)
+    _require(not stray, f"clips without a turn: {_short(stray[:3])}.")
+    missing = sorted(clip_names - set(members))
+    _require(not missing, f"missing clips: {_short(missing[:3])}.")
+
+
+def _check_clip(data: bytes, turn: Turn, first: ClipFacts | None) -> ClipFacts:
+    """The clip's facts, if it is an H.264 mp4 like the game's first clip (the same models
+    made every clip of a game, so all have the same frame count and size)."""
+    try:
+        facts = check_mp4(data)
+    except ValueError as error:
+        raise SaveFileError(
+            f"the clip of turn {turn.index} is not a valid clip ({error})."
+        ) from None
+    if first is not None:
+        _require(
+            (facts.frames, facts.size) == (first.frames, first.size),
+            f"the clip of turn {turn.index} has {facts.frames} frames of "
+            f"{facts.width}x{facts.height}; the first has {first.frames} of "
+            f"{first.width}x{first.height}.",
+        )
+    return facts
+
+
+def _unpack_clips(archive: zipfile.ZipFile, turns: Sequence[Turn], clip_dir: Path) -> None:
+    """Check and write each turn's clip into `clip_dir`; on any failure remove what was written
+    (and `clip_dir`, when it was made here)."""
+    created = not clip_dir.exists()
+    written: list[Path] = []
+    try:
+        clip_dir.mkdir(parents=True, exist_ok=True)
+        first: ClipFacts | None = None
+        for turn in turns:
+            data = archive.read(clip_member(turn.index))
+            facts = _check_clip(data, turn, first)
+            first = first or facts
+            written.append(Path(turn.clip_path))
+            written[-1].write_bytes(data)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        if created and clip_dir.is_dir() and not any(clip_dir.iterdir()):
+            clip_dir.rmdir()
+        raise
+
+
+def _read_game(
+    archive: zipfile.ZipFile,
+    clip_dir: Path,
+    character_names: set[str],
+    representation_dim: int | None,
+) -> Session:
+    members = _check_members(archive)
+    _require(members[GAME_MEMBER].file_size <= MAX_JSON_BYTES, f"{GAME_MEMBER} is too large.")
+    game = _validate_game(_parse_json(archive.read(GAME_MEMBER)))
+    _require(
+        game.character in character_names,
+        f"the saved game's character {_short(game.character)} is not playable here.",
+    )
+    turns = _make_turns(game.turns, clip_dir)
+    _check_clip_members(members, turns)
+    reps = _read_representations(archive.read(REPRESENTATIONS_MEMBER), game.window, len(turns))
+    saved_width = reps[0].shape[-1] if reps else representation_dim
+    _require(
+        saved_width == representation_dim or representation_dim is None,
+        f"this game was saved with other models (representations {saved_width} wide, "
+        f"these models use {representation_dim}); it cannot continue here.",
+    )
+    _unpack_clips(archive, turns, clip_dir)
+    return Session(
+        character=game.character, window=game.window, turns=turns, representations=reps
+    )
+
+
 def load_game(
     path: str | Path,
     clip_dir: str | Path,
     character_names: set[str],
     representation_dim: int | None = None,
 ) -> Session:
-    """Read a saved game, validating everything, and unpack its clips into `clip_dir`.
+    """Read a saved game, validating everything, and unpack its clips into `clip_dir` (a new
+    folder: a refusal removes what this call wrote there).
 
     `representation_dim`, when given, is the width the playing models use: a game saved with
     other models (the preview engine's 64 against the real 1920) could not continue.
     The loaded session gets a new `session_id`: it is a new game that continues the saved one.
+    Every refusal is a `SaveFileError`; a full disk is one saying so (`DISK_FULL`).
     """
     path, clip_dir = Path(path), Path(clip_dir)
     _require(path.is_file(), f"{path.name} is not a file.")
     _require(path.stat().st_size <= MAX_FILE_BYTES, "the saved game is too large.")
     try:
-        with zipfile.ZipFile(path) as archive:
-            members = _check_members(archive)
-            game_info = members[GAME_MEMBER]
-            _require(game_info.file_size <= MAX_JSON_BYTES, f"{GAME_MEMBER} is too large.")
-            try:
-                payload = json.loads(archive.read(GAME_MEMBER).decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise SaveFileError(f"{GAME_MEMBER} is not valid JSON ({error}).") from None
-            payload = _object(
-                payload, {"format", "version", "character", "window", "turns"}, GAME_MEMBER
-            )
-            _require(payload["format"] == SAVE_FORMAT, "this is not an AnimeGamer saved game.")
-            _require(
-                payload["version"] == SAVE_VERSION,
-                f"saved-game version {payload['version']!r} is not supported "
-                f"(this app reads version {SAVE_VERSION}).",
-            )
-            character = payload["character"]
-            _require(
-                isinstance(character, str) and character in character_names,
-                f"the saved game's character {character!r} is not playable here.",
-            )
-            window = _int_in(payload["window"], 1, MAX_WINDOW, "window")
-            raw_turns = payload["turns"]
-            _require(isinstance(raw_turns, list), "turns must be a list.")
-            turns: list[Turn] = []
-            gauges = Gauges()
-            for position, raw in enumerate(raw_turns, start=1):
-                turn = _parse_turn(raw, position, gauges, clip_dir)
-                turns.append(turn)
-                gauges = turn.gauges
-            clip_names = {clip_member(turn.index) for turn in turns}
-            stray = sorted(n for n in members if CLIP_MEMBER.match(n) and n not in clip_names)
-            _require(not stray, f"clips without a turn: {stray}.")
-            missing = sorted(clip_names - set(members))
-            _require(not missing, f"missing clips: {missing}.")
-            reps = _read_representations(
-                archive.read(REPRESENTATIONS_MEMBER), window, len(turns)
-            )
-            saved_width = reps[0].shape[-1] if reps else representation_dim
-            _require(
-                saved_width == representation_dim or representation_dim is None,
-                f"this game was saved with other models (representations {saved_width} wide, "
-                f"these models use {representation_dim}); it cannot continue here.",
-            )
-            clip_dir.mkdir(parents=True, exist_ok=True)
-            for turn in turns:
-                Path(turn.clip_path).write_bytes(archive.read(clip_member(turn.index)))
-    except zipfile.BadZipFile:
-        raise SaveFileError(f"{path.name} is not a saved game (not a zip file).") from None
-    except (zipfile.LargeZipFile, NotImplementedError, EOFError, OSError) as error:
-        raise SaveFileError(f"{path.name} could not be read ({error}).") from None
-    return Session(
-        character=character, window=window, turns=tuple(turns), representations=reps
-    )
-
+        _check_directory(path)
+        with _open_zip(path) as archive:
+            return _read_game(archive, clip_dir, character_names, representation_dim)
+    except zipfile.BadZipFile as error:  # a bad CRC or header, found while reading an entry
+        raise SaveFileError(f"{path.name} is damaged ({_reason(error)}).") from None
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise SaveFileError(DISK_FULL) from None
+        raise SaveFileError(f"{path.name} could not be read ({_reason(error)}).") from None
+    except (zipfile.LargeZipFile, NotImplementedError, EOFError, RuntimeError, zlib.error) as error:
+        raise SaveFileError(f"{path.name} could not be read ({_reason(error)}).") from None

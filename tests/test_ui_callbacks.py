@@ -6,9 +6,12 @@ on injected engines that fail the way the real one can.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import errno
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -19,9 +22,11 @@ import pytest
 import torch
 
 from animegamer.characters import load_registry
+from animegamer.clips import PLAYERS_FOLDER, ClipStore
 from animegamer.engine import EngineError
 from animegamer.game import (
     INSTRUCTION_FIELDS,
+    MAX_GAME_TURNS,
     GameStates,
     Session,
     Timings,
@@ -31,9 +36,15 @@ from animegamer.game import (
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import save_game
 from animegamer.ui import GameUI, Player
-from animegamer.ui.callbacks import PLAYERS_FOLDER, gpu_seconds, parse_seed
+from animegamer.ui.callbacks import GameSlot, discard_game_files, gpu_seconds, parse_seed
 from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
-from animegamer.ui.views import gauges_html, history_frame
+from animegamer.ui.views import (
+    CHAT_TURNS,
+    GALLERY_CLIPS,
+    HISTORY_ROWS,
+    gauges_html,
+    history_frame,
+)
 
 QIQI = {
     "character": "Qiqi",
@@ -57,7 +68,8 @@ def registry():
 
 @pytest.fixture
 def ui(engine, registry):
-    return GameUI(engine, registry)
+    """Deletes at once (no grace period), so tests can see files go."""
+    return GameUI(engine, registry, delete_grace_s=0)
 
 
 @pytest.fixture(scope="module")
@@ -295,14 +307,15 @@ def test_concat_mp4_scales_other_sizes_and_reports_bad_clips(tmp_path):
 # Cleanup ----------------------------------------------------------------------------------------
 
 
-def test_cleanup_deletes_the_players_files(ui):
+def test_ended_browser_session_deletes_the_players_files(ui):
     played = ui.play(None, QIQI, "", "6").player
     saved = Path(ui.save(played))
     folder = Path(played.session.turns[-1].clip_path).parent
-    ui.cleanup(played)
+    discard_game_files(GameSlot(ui.root, played))
     assert not folder.exists() and not saved.exists()
     assert not (ui.root / PLAYERS_FOLDER / played.player_id).exists()
-    ui.cleanup(None)
+    discard_game_files(None)
+    discard_game_files(GameSlot(ui.root))
 
 
 def test_sweep_removes_only_stale_folders(ui):
@@ -312,7 +325,7 @@ def test_sweep_removes_only_stale_folders(ui):
     fresh.mkdir()
     old = time.time() - 10_000
     os.utime(stale, (old, old))
-    assert ui.sweep(5_000) >= 1
+    assert ui.files.sweep(5_000) >= 1
     assert not stale.exists() and fresh.exists()
 
 
@@ -472,3 +485,135 @@ def test_broken_example_names_the_file_and_turn(registry, tmp_path):
     path.write_text("{")
     with pytest.raises(ExampleError, match="cannot read the example"):
         load_playthroughs(tmp_path, registry)
+
+
+# Order of a game's actions, files of ended games ------------------------------------------------
+
+
+class SlowTurns:
+    """A turn runner that holds each turn for `seconds` before playing it on the engine."""
+
+    def __init__(self, engine, seconds: float) -> None:
+        self.engine, self.seconds = engine, seconds
+
+    def __call__(self, session, instruction, seed, steps, progress=None):
+        time.sleep(self.seconds)
+        return self.engine.play(session, instruction, seed=seed, num_inference_steps=steps)
+
+
+@pytest.mark.parametrize("action", ["undo", "restart"])
+def test_an_action_during_a_turn_waits_for_it(engine, registry, action):
+    ui = GameUI(engine, registry, run_turn=SlowTurns(engine, 0.5), delete_grace_s=0)
+    slot = GameSlot(ui.root)
+    turn = threading.Thread(target=lambda: slot.run(lambda p: ui.play(p, QIQI, "", "9")))
+    turn.start()
+    time.sleep(0.1)
+    after = slot.run(getattr(ui, action))
+    turn.join()
+    assert after.player.session.turns == () and slot.player is after.player
+    played_folder = ui.root / after.player.session.session_id
+    assert not played_folder.exists() or not any(played_folder.iterdir())
+
+
+def test_a_failed_action_leaves_the_slot_as_it_was(ui):
+    slot = GameSlot(ui.root)
+    slot.run(lambda p: ui.play(p, QIQI, "", "10"))
+    kept = slot.player
+    with pytest.raises(gr.Error, match="Motion is empty"):
+        slot.run(lambda p: ui.play(p, {**QIQI, "motion": ""}))
+    assert slot.player is kept
+    assert copy.deepcopy(slot).player is kept and copy.deepcopy(slot) is not slot
+
+
+def test_a_busy_game_refuses_after_waiting(ui):
+    slot = GameSlot(ui.root)
+    release = threading.Event()
+    holder = threading.Thread(target=lambda: slot.read(lambda p: release.wait(5)))
+    holder.start()
+    time.sleep(0.05)
+    with pytest.raises(gr.Error, match="still busy"):
+        slot.run(ui.undo, wait_s=0.05)
+    release.set()
+    holder.join()
+
+
+def test_discarded_files_stay_for_the_grace_period(tmp_path):
+    now = [100.0]
+    store = ClipStore(tmp_path, grace_s=30, clock=lambda: now[0])
+    folder = tmp_path / "game"
+    folder.mkdir()
+    (folder / "turn_0001.mp4").write_bytes(b"x")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    store.discard([folder, outside, tmp_path])
+    assert folder.exists()
+    now[0] += 29
+    assert store.empty_trash() == 0 and folder.exists()
+    now[0] += 2
+    assert store.empty_trash() == 3
+    assert not folder.exists() and outside.exists() and tmp_path.exists()
+
+
+# Server-side limits and plain refusals ----------------------------------------------------------
+
+
+def test_a_huge_character_name_is_refused_without_echoing_it(ui):
+    with pytest.raises(gr.Error) as error:
+        ui.choose_character(None, "x" * 1_000_000)
+    assert len(str(error.value)) < 200
+
+
+def test_a_full_disk_is_reported_as_such(engine, registry, tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    ui = GameUI(engine, registry, run_turn=make_turn_runner_failing(full))
+    with pytest.raises(gr.Error, match="disk is full"):
+        ui.play(None, QIQI)
+    played = GameUI(engine, registry).play(None, QIQI, "", "13").player
+    monkeypatch.setattr("animegamer.ui.callbacks.save_game", full)
+    with pytest.raises(gr.Error, match="disk is full"):
+        ui.save(played)
+
+
+def make_turn_runner_failing(failure):
+    from animegamer.ui.callbacks import turn_errors
+
+    def run_turn(session, instruction, seed, steps, progress=None):
+        with turn_errors():
+            failure()
+
+    return run_turn
+
+
+def test_a_game_stops_at_its_turn_limit_and_long_games_render_in_bounded_time(ui, engine):
+    played = ui.play(None, QIQI, "", "14").player
+    turn = played.session.turns[-1]
+    session = played.session
+    representation = session.representations[-1]
+    while len(session.turns) < MAX_GAME_TURNS:
+        session = record_turn(
+            session, instruction=turn.instruction, states=turn.states,
+            motion_scope_value=turn.motion_scope, representation=representation,
+            seed=turn.seed, clip_path=turn.clip_path, timings=turn.timings,
+        )
+    full = dataclasses.replace(played, session=session)
+    with pytest.raises(gr.Error, match=f"reached {MAX_GAME_TURNS} turns"):
+        ui.play(full, QIQI)
+    started = time.perf_counter()
+    screen = ui.start(full).screen
+    assert time.perf_counter() - started < 1.0
+    assert len(screen.chat) == 2 * CHAT_TURNS + 1
+    assert f"{MAX_GAME_TURNS - CHAT_TURNS} earlier turns" in screen.chat[0]["content"]
+    assert len(screen.history) == HISTORY_ROWS and screen.history["Turn"].iloc[-1] == 1000
+    assert len(screen.gallery) == GALLERY_CLIPS
+    assert screen.summary["turns"] == MAX_GAME_TURNS
+
+
+def test_a_refused_load_leaves_no_folder_behind(ui, tmp_path):
+    before = set(ui.root.iterdir())
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(gr.Error, match="not a zip"):
+        ui.load(None, str(bad))
+    assert set(ui.root.iterdir()) == before

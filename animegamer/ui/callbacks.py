@@ -10,10 +10,11 @@ per browser session; the engine holds models, never games.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import html
 import logging
 import re
-import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +29,7 @@ import spaces
 import torch
 
 from animegamer.characters import Character, Registry, RegistryError
+from animegamer.clips import DELETE_GRACE_S, ClipStore, player_folder, remove_inside
 from animegamer.devices import Placement
 from animegamer.engine import EngineError
 from animegamer.game import (
@@ -35,11 +37,13 @@ from animegamer.game import (
     Instruction,
     InstructionError,
     Session,
+    check_room_for_turn,
     make_instruction,
     new_session,
     parse_instruction_text,
     undo,
 )
+from animegamer.memory import release_free_memory
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import SaveFileError, load_game, save_game
 from animegamer.ui import views
@@ -52,7 +56,15 @@ _SEED = re.compile(r"^\d{1,19}$")
 GPU_BASE_SECONDS = 20
 GPU_SECONDS_PER_STEP = 1.0
 GPU_MAX_SECONDS = 300
-PLAYERS_FOLDER = "players"
+MAX_SEED_CHARS = 32
+MAX_NAME_CHARS = 100
+SESSION_TTL_S = 3 * 3600
+"""A browser session's game is forgotten after this long without an action."""
+SESSION_FILES_MAX_AGE_S = SESSION_TTL_S + 3600
+"""Files untouched this long belong to no live game (Gradio keeps a closed tab's state 1 h)."""
+SWEEP_INTERVAL_S = 3600
+ACTION_WAIT_S = GPU_MAX_SECONDS + 60
+"""How long an action waits for the same game's running action (at most a whole turn)."""
 
 
 class Progress(Protocol):
@@ -127,9 +139,17 @@ def user_error(message: str, title: str) -> gr.Error:
     return gr.Error(html.escape(message), title=title, print_exception=False)
 
 
+def is_disk_full(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in {errno.ENOSPC, errno.EDQUOT}
+
+
+DISK_FULL = "The server's disk is full, so nothing could be written."
+
+
 def parse_seed(text: str | float | None) -> int | None:
     """`None` (a fresh random seed) for "random" or an empty field, else an integer seed."""
-    raw = "" if text is None else str(text).strip().lower()
+    raw = "" if text is None else str(text)
+    raw = raw.strip().lower() if len(raw) <= MAX_SEED_CHARS else "too long"
     if raw in RANDOM_SEED_WORDS:
         return None
     if not _SEED.match(raw) or int(raw) > MAX_SEED:
@@ -171,6 +191,8 @@ def turn_errors() -> Iterator[None]:
             "Turn failed",
         ) from error
     except Exception as error:
+        if is_disk_full(error):
+            raise user_error(f"{DISK_FULL} Your game is unchanged.", "Disk full") from error
         logger.exception("turn failed")
         raise user_error(
             f"Something went wrong while playing this turn ({type(error).__name__}). Your game "
@@ -217,12 +239,67 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
     return spaces.GPU(duration=duration)(run_turn)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
+class GameSlot:
+    """What one browser session's `gr.State` holds: its current `Player`, and the lock that plays
+    that game's actions one at a time.
+
+    Gradio hands every event of a session the same state object, so an undo that arrives while a
+    turn is running waits for the turn and then undoes it, instead of racing it (last writer
+    wins, clips deleted under a turn about to land). The slot holds no engine and no model: Gradio
+    copies what its components hold on every page load.
+    """
+
+    def __init__(self, root: str | Path, player: Player | None = None) -> None:
+        self.root = Path(root)
+        self.player = player
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GameSlot:
+        """A slot of its own with the same (immutable) player: what Gradio makes of the initial
+        value for each new browser session."""
+        return GameSlot(self.root, self.player)
+
+    @contextmanager
+    def _turn(self, wait_s: float) -> Iterator[None]:
+        if not self._lock.acquire(timeout=wait_s):
+            raise user_error(
+                "This game is still busy with an earlier action; please try again in a moment.",
+                "Busy",
+            )
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def run(
+        self, action: Callable[[Player | None], Update], wait_s: float = ACTION_WAIT_S
+    ) -> Update:
+        """Run `action` on the current player once the game's previous action has finished, and
+        keep the player it returns. An action that raises leaves the player as it was."""
+        with self._turn(wait_s):
+            update = action(self.player)
+            self.player = update.player
+            return update
+
+    def read(self, action: Callable[[Player | None], Any], wait_s: float = ACTION_WAIT_S) -> Any:
+        """Run `action` (save, export) on the player between the game's other actions."""
+        with self._turn(wait_s):
+            return action(self.player)
+
+
+def discard_game_files(slot: GameSlot | None) -> None:
+    """Delete an ended browser session's files: Gradio's delete callback of the game state.
+
+    A plain function on purpose: Gradio deep-copies its components' settings on every page load,
+    and a bound method would drag the UI, the engine and the models into that copy.
+    """
+    if slot is None or slot.player is None:
+        return
+    player = slot.player
+    session = player.session
+    folders = {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
+    folders |= {slot.root / session.session_id, player_folder(slot.root, player.player_id)}
+    remove_inside(slot.root, folders)
 
 
 class GameUI:
@@ -236,19 +313,27 @@ class GameUI:
         window: int = 1,
         run_turn: TurnRunner | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        delete_grace_s: float = DELETE_GRACE_S,
     ) -> None:
         self.engine = engine
         self.registry = registry
         self.window = window
         self.root = Path(engine.output_dir)
+        self.files = ClipStore(self.root, grace_s=delete_grace_s)
         self.run_turn = run_turn or make_turn_runner(engine)
         self.clock = clock
+        self._next_sweep = 0.0
 
     @property
     def default_character(self) -> Character:
         return self.registry.characters[0]
 
     def character(self, name: str) -> Character:
+        if len(name) > MAX_NAME_CHARS:
+            raise user_error(
+                f"There is no character with such a long name ({len(name)} characters).",
+                "Unknown character",
+            )
         try:
             return self.registry.get(name)
         except RegistryError as error:
@@ -258,10 +343,12 @@ class GameUI:
         name = character or self.default_character.name
         return Player(session=new_session(name, self.window))
 
+    def new_slot(self) -> GameSlot:
+        """The initial value of a browser session's state."""
+        return GameSlot(self.root)
+
     def workdir(self, player: Player, kind: str) -> Path:
-        folder = self.root / PLAYERS_FOLDER / player.player_id / kind
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return self.files.workdir(player.player_id, player.session.session_id, kind)
 
     def default_fields(self, name: str) -> tuple[str, ...]:
         defaults = self.character(name).defaults
@@ -288,6 +375,14 @@ class GameUI:
         shown = self.character(player.session.character).display_name
         return Update(player, self.screen(player, f"Playing {shown}."))
 
+    def tidy(self) -> None:
+        """Delete discarded files that are due, and (hourly) folders nobody will come back to."""
+        self.files.empty_trash()
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL_S
+            self.files.sweep(SESSION_FILES_MAX_AGE_S)
+
     # Actions -----------------------------------------------------------------------------
 
     def play(
@@ -305,10 +400,12 @@ class GameUI:
                 parse_instruction_text(text) if text and text.strip()
                 else make_instruction(fields)
             )
+            check_room_for_turn(player.session)
         except InstructionError as error:
             raise user_error(str(error), "Invalid instruction") from error
         self._check_character(player.session, instruction)
         seed_value = parse_seed(seed)
+        self.tidy()
         started = self.clock()
         try:
             session = self.run_turn(
@@ -324,6 +421,7 @@ class GameUI:
                 "Turn failed",
             ) from error
         elapsed = self.clock() - started
+        release_free_memory()
         player = dataclasses.replace(player, session=session, last_elapsed_s=elapsed)
         turn = session.turns[-1]
         message = f"Turn {turn.index} played (seed {turn.seed})."
@@ -331,37 +429,35 @@ class GameUI:
 
     def undo(self, player: Player | None) -> Update:
         player = player or self.new_player()
+        self.tidy()
         try:
             session = undo(player.session)
         except InstructionError as error:
             raise user_error(str(error), "Nothing to undo") from error
         removed = player.session.turns[-1]
-        self._delete_clip(removed.clip_path)
+        if removed.clip_path:
+            self.files.discard([Path(removed.clip_path)])
         player = dataclasses.replace(player, session=session)
         fields = tuple(removed.instruction.fields().values())
         return Update(player, self.screen(player, f"Turn {removed.index} undone."), fields)
 
     def restart(self, player: Player | None) -> Update:
         player = player or self.new_player()
-        self._discard(player.session)
+        self.tidy()
         name = player.session.character
-        player = dataclasses.replace(
-            player, session=new_session(name, player.session.window), last_elapsed_s=None
-        )
+        player = self._replace_game(player, new_session(name, player.session.window))
         message = f"New game with {self.character(name).display_name}."
         return Update(player, self.screen(player, message), self.default_fields(name))
 
     def choose_character(self, player: Player | None, name: str | None) -> Update:
         """Pick the character to play: a new game with them (the current one is closed)."""
         player = player or self.new_player()
+        self.tidy()
         character = self.character(name or "")
         if character.name == player.session.character and not player.session.turns:
             message = f"Playing {character.display_name}."
         else:
-            self._discard(player.session)
-            player = dataclasses.replace(
-                player, session=new_session(character.name, self.window), last_elapsed_s=None
-            )
+            player = self._replace_game(player, new_session(character.name, self.window))
             message = f"New game with {character.display_name}."
         return Update(player, self.screen(player, message), self.default_fields(character.name))
 
@@ -381,23 +477,32 @@ class GameUI:
             raise user_error("Play a turn first: there is nothing to save yet.", "Nothing to save")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = f"animegamer-{session.character}-{len(session.turns)}turns-{stamp}.zip"
-        return str(save_game(session, self.workdir(player, "saves") / name))
+        try:
+            return str(save_game(session, self.workdir(player, "saves") / name))
+        except OSError as error:
+            if is_disk_full(error):
+                raise user_error(f"{DISK_FULL} The game was not saved.", "Disk full") from error
+            raise
 
     def load(self, player: Player | None, path: str | None) -> Update:
         """Continue a saved game (an uploaded zip) in place of the current one."""
         player = player or self.new_player()
         if not path:
             raise user_error("Choose a saved game (.zip) to load.", "Nothing to load")
-        clip_dir = self.workdir(player, f"loaded-{uuid.uuid4().hex[:12]}")
+        self.tidy()
+        session_id = uuid.uuid4().hex
+        clip_dir = self.root / session_id
         try:
-            session = load_game(
+            loaded = load_game(
                 path, clip_dir, set(self.registry.names), self.engine.representation_dim
             )
         except SaveFileError as error:
-            shutil.rmtree(clip_dir, ignore_errors=True)
             raise user_error(str(error), "Cannot load this saved game") from error
-        self._discard(player.session)
-        player = dataclasses.replace(player, session=session, last_elapsed_s=None)
+        finally:
+            if not any(clip_dir.iterdir() if clip_dir.is_dir() else ()):
+                remove_inside(self.root, [clip_dir])
+        session = dataclasses.replace(loaded, session_id=session_id)
+        player = self._replace_game(player, session)
         fields = (
             tuple(session.turns[-1].instruction.fields().values())
             if session.turns else self.default_fields(session.character)
@@ -419,27 +524,10 @@ class GameUI:
             return str(concat_mp4([turn.clip_path for turn in session.turns], out))
         except PlaythroughError as error:
             raise user_error(str(error), "Cannot build the playthrough") from error
-
-    def cleanup(self, player: Player | None) -> None:
-        """Delete a finished browser session's files (Gradio calls this when its state expires)."""
-        if player is None:
-            return
-        self._discard(player.session)
-        shutil.rmtree(self.root / PLAYERS_FOLDER / player.player_id, ignore_errors=True)
-
-    def sweep(self, max_age_s: float) -> int:
-        """Delete session folders untouched for `max_age_s` (left over by a crash or restart)."""
-        removed = 0
-        cutoff = time.time() - max_age_s
-        for parent in (self.root, self.root / PLAYERS_FOLDER):
-            if not parent.is_dir():
-                continue
-            for entry in parent.iterdir():
-                stale = entry.is_dir() and entry.stat().st_mtime < cutoff
-                if stale and entry.name != PLAYERS_FOLDER:
-                    shutil.rmtree(entry, ignore_errors=True)
-                    removed += 1
-        return removed
+        except OSError as error:
+            if is_disk_full(error):
+                raise user_error(f"{DISK_FULL} No playthrough was made.", "Disk full") from error
+            raise
 
     # Helpers -----------------------------------------------------------------------------
 
@@ -457,15 +545,13 @@ class GameUI:
                     )
                 return
 
-    def _delete_clip(self, clip_path: str) -> None:
-        path = Path(clip_path)
-        if clip_path and _inside(path, self.root):
-            path.unlink(missing_ok=True)
-
-    def _discard(self, session: Session) -> None:
-        """Delete the clip folders of a game that is over (the screen shows cached copies)."""
-        folders = {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
-        folders.add(self.root / session.session_id)
-        for folder in folders:
-            if _inside(folder, self.root) and folder.resolve() != self.root.resolve():
-                shutil.rmtree(folder, ignore_errors=True)
+    def _replace_game(self, player: Player, session: Session) -> Player:
+        """The player with `session` as their game; the old game's files go (after the grace
+        period: its last screen may still be on its way to the browser)."""
+        old = player.session
+        self.files.discard(
+            self.files.game_files(
+                player.player_id, old.session_id, (turn.clip_path for turn in old.turns)
+            )
+        )
+        return dataclasses.replace(player, session=session, last_elapsed_s=None)

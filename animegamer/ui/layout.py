@@ -2,11 +2,12 @@
 
 `build_app(engine, registry, settings)` returns the Blocks; the actions themselves live in
 `animegamer.ui.callbacks` and this module only adapts them to components. Gradio 6 takes the
-theme and CSS at `launch()`, so they come from `launch_options(registry)`.
+theme and CSS at `launch()`, so they come from `launch_options(registry, settings)`.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 from pathlib import Path
 from typing import Any
@@ -15,18 +16,29 @@ import gradio as gr
 
 from animegamer.characters import Registry
 from animegamer.game import FIELD_LABELS, INSTRUCTION_FIELDS, MAX_FIELD_CHARS
+from animegamer.savefile import MAX_FILE_BYTES
 from animegamer.settings import Settings
-from animegamer.ui.callbacks import Engine, GameUI, Player, TurnRunner, Update
+from animegamer.ui.callbacks import (
+    SESSION_TTL_S,
+    Engine,
+    GameSlot,
+    GameUI,
+    TurnRunner,
+    Update,
+    discard_game_files,
+)
 from animegamer.ui.examples import DEFAULT_EXAMPLES_DIR, load_playthroughs
 
-SESSION_TTL_S = 3 * 3600
 CACHE_SWEEP = (3600, 24 * 3600)
 QUEUE_MAX_SIZE = 32
 GPU_CONCURRENCY = 1
 ZERO_GPU_CONCURRENCY = 4
 """ZeroGPU runs each turn in its own worker on its own GPU slice: turns need not queue behind one
 another there, while one dedicated GPU plays one turn at a time."""
-LIGHT_CONCURRENCY = 4
+LIGHT_CONCURRENCY = 8
+"""Undo, restart, character, save: quick, but one may wait for its game's running turn."""
+FILE_CONCURRENCY = 2
+"""Load and playthrough read or write every clip of a game."""
 FIELD_SCALES = {"character": 2, "adverb": 2, "motion": 3, "time": 2, "place": 3}
 HISTORY_WIDTHS = ["5%", "22%", "6%", "8%", "7%", "12%", "7%", "6%", "11%", "9%", "7%"]
 TEXT_PLACEHOLDER = "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
@@ -57,13 +69,16 @@ CSS = """
 """
 
 
-def launch_options(registry: Registry) -> dict[str, Any]:
-    """Keyword arguments for `Blocks.launch()`: style, and the avatar folders to serve."""
-    folders = sorted({str(c.avatar.parent) for c in registry.characters if c.avatar})
+def launch_options(registry: Registry, settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for `Blocks.launch()`: style, the folders to serve (avatars and the
+    games' files), and the upload limit (a saved game's)."""
+    folders = {str(c.avatar.parent) for c in registry.characters if c.avatar}
+    folders.add(str(settings.output_dir))
     return {
         "theme": gr.themes.Soft(primary_hue="rose", secondary_hue="sky"),
         "css": CSS,
-        "allowed_paths": folders,
+        "allowed_paths": sorted(folders),
+        "max_file_size": MAX_FILE_BYTES,
     }
 
 
@@ -81,13 +96,17 @@ def build_app(
 ) -> gr.Blocks:
     """The game's Blocks for `engine` (real or preview) and the characters of `registry`."""
     ui = GameUI(engine, registry, window=settings.window, run_turn=run_turn)
-    ui.sweep(SESSION_TTL_S)
+    ui.tidy()
     playthroughs = load_playthroughs(examples_dir, registry)
     first = ui.default_character
     start = ui.start(None)
 
     with gr.Blocks(title="AnimeGamer", delete_cache=CACHE_SWEEP) as demo:
-        player = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=ui.cleanup)
+        player = gr.State(
+            functools.partial(GameSlot, ui.root),
+            time_to_live=SESSION_TTL_S,
+            delete_callback=discard_game_files,
+        )
         gr.Markdown(
             "# AnimeGamer\nLive an anime character's life: tell them what to do, watch the "
             "clip, keep their stamina, social life and fun up.",
@@ -196,7 +215,7 @@ def build_app(
                 )
                 gauges = gr.HTML(start.screen.gauges, label="Gauges", elem_id="ag-gauges")
                 gallery = gr.Gallery(
-                    label="Every clip of this game",
+                    label="Recent clips of this game",
                     columns=4,
                     fit_columns=False,
                     height=230,
@@ -220,23 +239,23 @@ def build_app(
 
         screen = [summary, chat, clip, gallery, gauges, history, status]
 
-        def shown(update: Update) -> list[Any]:
-            return [update.player, *update.screen]
+        def shown(slot: GameSlot, update: Update) -> list[Any]:
+            return [slot, *update.screen]
 
-        def with_fields(update: Update) -> list[Any]:
-            return [*shown(update), *(update.fields or ())]
+        def with_fields(slot: GameSlot, update: Update) -> list[Any]:
+            return [*shown(slot, update), *(update.fields or ())]
 
-        def switching(update: Update) -> list[Any]:
+        def switching(slot: GameSlot, update: Update) -> list[Any]:
             current = ui.character(update.player.session.character)
             return [
-                *with_fields(update),
+                *with_fields(slot, update),
                 gr.update(value=current.name),
                 str(current.avatar) if current.avatar else None,
                 *[gr.update(visible=c.name == current.name) for c in registry.characters],
             ]
 
         def on_play(
-            state: Player | None,
+            slot: GameSlot,
             instruction_character: str,
             adverb: str,
             motion: str,
@@ -253,13 +272,34 @@ def build_app(
                     strict=True,
                 )
             )
-            update = ui.play(state, values, instruction_text, seed_text, progress)
-            return [*with_fields(update), ""]
+            update = slot.run(
+                lambda current: ui.play(current, values, instruction_text, seed_text, progress)
+            )
+            return [*with_fields(slot, update), ""]
+
+        def on_undo(slot: GameSlot) -> list[Any]:
+            return with_fields(slot, slot.run(ui.undo))
+
+        def on_restart(slot: GameSlot) -> list[Any]:
+            return with_fields(slot, slot.run(ui.restart))
+
+        def on_character(slot: GameSlot, name: str) -> list[Any]:
+            return switching(slot, slot.run(lambda current: ui.choose_character(current, name)))
+
+        def on_load(slot: GameSlot, path: str | None) -> list[Any]:
+            return switching(slot, slot.run(lambda current: ui.load(current, path)))
+
+        def on_save(slot: GameSlot) -> str:
+            return slot.read(ui.save)
+
+        def on_playthrough(slot: GameSlot) -> str:
+            return slot.read(ui.playthrough)
 
         def on_fill(instruction_text: str) -> list[Any]:
             return [*ui.fill_from_text(instruction_text), ""]
 
         game_light = {"concurrency_limit": LIGHT_CONCURRENCY, "concurrency_id": "light"}
+        game_files = {"concurrency_limit": FILE_CONCURRENCY, "concurrency_id": "files"}
         play.click(
             on_play,
             inputs=[player, *fields, text, seed],
@@ -275,38 +315,25 @@ def build_app(
         fill.click(on_fill, inputs=[text], outputs=[*fields, text], api_name="parse")
         text.submit(on_fill, inputs=[text], outputs=[*fields, text], api_visibility="private")
         undo.click(
-            lambda state: with_fields(ui.undo(state)),
-            inputs=[player],
-            outputs=[player, *screen, *fields],
-            api_name="undo",
+            on_undo, inputs=[player], outputs=[player, *screen, *fields], api_name="undo",
             **game_light,
         )
         restart.click(
-            lambda state: with_fields(ui.restart(state)),
-            inputs=[player],
-            outputs=[player, *screen, *fields],
-            api_name="restart",
+            on_restart, inputs=[player], outputs=[player, *screen, *fields], api_name="restart",
             **game_light,
         )
         switch_outputs = [player, *screen, *fields, character, avatar, *example_columns]
         character.input(
-            lambda state, name: switching(ui.choose_character(state, name)),
-            inputs=[player, character],
-            outputs=switch_outputs,
-            api_name="character",
-            **game_light,
+            on_character, inputs=[player, character], outputs=switch_outputs,
+            api_name="character", **game_light,
         )
         load.upload(
-            lambda state, path: switching(ui.load(state, path)),
-            inputs=[player, load],
-            outputs=switch_outputs,
-            api_name="load",
-            **game_light,
+            on_load, inputs=[player, load], outputs=switch_outputs, api_name="load", **game_files
         )
-        save.click(ui.save, inputs=[player], outputs=[downloads], api_name="save", **game_light)
+        save.click(on_save, inputs=[player], outputs=[downloads], api_name="save", **game_light)
         movie.click(
-            ui.playthrough, inputs=[player], outputs=[downloads], api_name="playthrough",
-            concurrency_limit=2, concurrency_id="export",
+            on_playthrough, inputs=[player], outputs=[downloads], api_name="playthrough",
+            **game_files,
         )
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=GPU_CONCURRENCY)
     return demo

@@ -14,7 +14,8 @@ from gradio.utils import get_upload_folder
 
 from animegamer.characters import load_registry
 from animegamer.engine import create_registry_engine
-from animegamer.settings import Settings
+from animegamer.memory import limit_malloc_arenas
+from animegamer.settings import PACKAGE_ROOT, Settings, SettingsError
 from animegamer.ui.layout import build_app, launch_options
 
 logger = logging.getLogger(__name__)
@@ -31,10 +32,37 @@ def app_settings(environ: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
+def check_output_dir(path: Path) -> Path:
+    """Refuse an output folder the app cannot use: Gradio serves every file in it to players,
+    so it must be writable and must not hold other files (the filesystem root, a home folder,
+    the app's own code)."""
+    resolved = path.expanduser().resolve()
+    protected = {Path("/"), Path.home().resolve(), PACKAGE_ROOT.parent, Path.cwd().resolve()}
+    for folder in protected:
+        if resolved == folder or resolved in folder.parents:
+            raise SettingsError(
+                f"ANIMEGAMER_OUTPUT_DIR={path} cannot hold the game's files: the app serves "
+                f"everything in it, and it contains {folder}. Choose an empty folder of its own, "
+                "e.g. /tmp/animegamer."
+            )
+    try:
+        resolved.mkdir(parents=True, exist_ok=True)
+        probe = resolved / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise SettingsError(
+            f"ANIMEGAMER_OUTPUT_DIR={path} cannot be written ({error.strerror or error})."
+        ) from None
+    return resolved
+
+
 def create_app(environ: Mapping[str, str] | None = None) -> tuple[gr.Blocks, dict[str, Any]]:
     """The game's Blocks and the keyword arguments for its `launch()`."""
+    limit_malloc_arenas()
     settings = app_settings(environ)
+    settings = dataclasses.replace(settings, output_dir=check_output_dir(settings.output_dir))
     registry = load_registry(settings.registry_path)
     engine = create_registry_engine(settings, registry)
     logger.info("engine: %s (%s)", engine.kind, engine.notice or "real models")
-    return build_app(engine, registry, settings), launch_options(registry)
+    return build_app(engine, registry, settings), launch_options(registry, settings)

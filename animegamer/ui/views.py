@@ -1,5 +1,8 @@
 """What the screen shows for a session: pure functions of game data (no Gradio).
 
+Each view shows the newest turns only (a fixed number), so a screen costs the same for a game of
+five turns and one of a thousand.
+
 Anything that came from a player (instruction text) is HTML-escaped here, once, before it
 reaches a component that renders HTML (the chat and the notices); the gauges are built from
 integers and fixed labels only.
@@ -17,6 +20,9 @@ import pandas as pd
 from animegamer.game import GAUGE_MAX, Gauges, Session, Turn
 
 GAUGE_LABELS = {"stamina": "Stamina", "social": "Social", "entertainment": "Entertainment"}
+CHAT_TURNS = 20
+GALLERY_CLIPS = 24
+HISTORY_ROWS = 50
 LOW_BAND = 30
 HIGH_BAND = 70
 HISTORY_COLUMNS = (
@@ -99,10 +105,22 @@ def clip_exists(turn: Turn) -> bool:
     return bool(turn.clip_path) and Path(turn.clip_path).is_file()
 
 
+def recent_turns(session: Session, count: int) -> tuple[Turn, ...]:
+    return session.turns[-count:]
+
+
 def chat_messages(session: Session) -> list[dict[str, Any]]:
-    """The chat: each instruction (escaped text), then the game's answer with its clip."""
+    """The chat of the last `CHAT_TURNS` turns: each instruction (escaped text), then the game's
+    answer with its clip."""
     messages: list[dict[str, Any]] = []
-    for turn in session.turns:
+    hidden = len(session.turns) - CHAT_TURNS
+    if hidden > 0:
+        messages.append({
+            "role": "assistant",
+            "content": f"{hidden} earlier turns are not shown here; the playthrough download "
+                       "has every clip.",
+        })
+    for turn in recent_turns(session, CHAT_TURNS):
         messages.append({"role": "user", "content": html.escape(turn.instruction.text)})
         answer: list[Any] = [turn_summary(session, turn)]
         if clip_exists(turn):
@@ -112,11 +130,12 @@ def chat_messages(session: Session) -> list[dict[str, Any]]:
 
 
 def gallery_items(session: Session) -> list[tuple[str, str]]:
-    """Every clip of the session, oldest first, captioned with its turn and instruction."""
+    """The clips of the last `GALLERY_CLIPS` turns, oldest first, captioned with their turn
+    and instruction."""
     return [
         (turn.clip_path, f"Turn {turn.index}: {turn.instruction.adverb} {turn.instruction.motion}"
                          f" · {turn.instruction.time} {turn.instruction.place}")
-        for turn in session.turns
+        for turn in recent_turns(session, GALLERY_CLIPS)
         if clip_exists(turn)
     ]
 
@@ -126,7 +145,7 @@ def newest_clip(session: Session) -> str | None:
 
 
 def history_frame(session: Session) -> pd.DataFrame:
-    """The session history as rows of plain values, for a table component."""
+    """The last `HISTORY_ROWS` turns as rows of plain values, for a table component."""
     rows: list[Sequence[Any]] = [
         (
             turn.index,
@@ -141,7 +160,7 @@ def history_frame(session: Session) -> pd.DataFrame:
             str(turn.seed),
             round(turn.timings.total_s, 1),
         )
-        for turn in session.turns
+        for turn in recent_turns(session, HISTORY_ROWS)
     ]
     return pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
 

@@ -1,0 +1,124 @@
+"""Where a server keeps its files (clips, saves, exports), and the one place that deletes them.
+
+Layout under the output folder `root`:
+- `root/<session_id>/turn_…mp4`: the clips the engine writes for a game;
+- `root/players/<player_id>/<session_id>/<kind>/`: a player's saves, exports and loaded clips,
+  per game, so that the files of a game that is over go with it.
+
+Deleting is deferred by a grace period: the screen of the action that just finished may still be
+on its way to the browser (Gradio copies the files it shows after the action returns), so a game
+ended by the next action (restart, undo, load) must not lose its files under that copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+PLAYERS_FOLDER = "players"
+DELETE_GRACE_S = 30.0
+"""How long a discarded file stays: longer than Gradio takes to copy an action's outputs."""
+
+
+def is_inside(path: Path, root: Path) -> bool:
+    """Whether `path` is `root` or below it, after resolving links."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def remove_inside(root: Path, paths: Iterable[Path]) -> None:
+    """Delete files and folders, but only those strictly below `root` (never `root` itself)."""
+    resolved_root = root.resolve()
+    for path in paths:
+        if not is_inside(path, root) or path.resolve() == resolved_root:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def player_folder(root: Path, player_id: str) -> Path:
+    return root / PLAYERS_FOLDER / player_id
+
+
+class ClipStore:
+    """The files of every game on this server, below one folder.
+
+    It holds no game state: only the folder, and the paths waiting out their grace period.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        grace_s: float = DELETE_GRACE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root = Path(root)
+        self.grace_s = grace_s
+        self.clock = clock
+        self._trash: list[tuple[float, Path]] = []
+        self._lock = threading.Lock()
+
+    def workdir(self, player_id: str, session_id: str, kind: str) -> Path:
+        """A player's folder for one game's `kind` of files (saves, exports, loaded clips)."""
+        folder = player_folder(self.root, player_id) / session_id / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def game_files(self, player_id: str, session_id: str, clip_paths: Iterable[str]) -> set[Path]:
+        """Everything that belongs to one game: its clip folders and its player-side folder."""
+        folders = {Path(path).parent for path in clip_paths if path}
+        folders.add(self.root / session_id)
+        folders.add(player_folder(self.root, player_id) / session_id)
+        return folders
+
+    def discard(self, paths: Iterable[Path]) -> None:
+        """Delete `paths` (files or folders below the root) once the grace period is over."""
+        due = self.clock() + self.grace_s
+        with self._lock:
+            self._trash.extend((due, Path(path)) for path in paths)
+        self.empty_trash()
+
+    def empty_trash(self, *, everything: bool = False) -> int:
+        """Delete what is due (or everything); returns how many paths were deleted."""
+        now = self.clock()
+        with self._lock:
+            due = [path for when, path in self._trash if everything or when <= now]
+            self._trash = [(when, path) for when, path in self._trash
+                           if not (everything or when <= now)]
+        remove_inside(self.root, due)
+        return len(due)
+
+    def sweep(self, max_age_s: float) -> int:
+        """Delete game and player folders untouched for `max_age_s` (left by a crash, a restart
+        of the server, or a browser session whose end was never reported)."""
+        cutoff = time.time() - max_age_s
+        stale = [
+            entry
+            for parent in (self.root, self.root / PLAYERS_FOLDER)
+            if parent.is_dir()
+            for entry in parent.iterdir()
+            if entry.is_dir() and entry.name != PLAYERS_FOLDER and _newest_mtime(entry) < cutoff
+        ]
+        remove_inside(self.root, stale)
+        return len(stale)
+
+
+def _newest_mtime(folder: Path) -> float:
+    """The latest modification below `folder` (a folder's own time changes only when entries are
+    added or removed, not when a file in a subfolder is written)."""
+    newest = folder.stat().st_mtime
+    for path in folder.rglob("*"):
+        try:
+            newest = max(newest, path.stat().st_mtime)
+        except FileNotFoundError:
+            continue
+    return newest
