@@ -1,8 +1,10 @@
 """The character registry: who can be played, and where each character's weights come from.
 
 The registry is one YAML file (`assets/characters.yaml`). Someone duplicating the Space adds a
-character by editing that file only; it is validated on load, and every error names the entry and
-the field. Its schema is documented at the top of the shipped file.
+character by editing that file only. Its schema is documented at the top of the shipped file and
+checked on load by the strict pydantic model `RegistryFile` (no unknown fields at any level, no
+coercion: `revision: 1234` is not a string, every value bounded). Every error is one
+`RegistryError` that names the file, the entry and the field.
 
 A weight source is either a *release* (the original checkpoint layouts, converted once by
 `animegamer.hub`) or a *converted* repository (the project layout, ready to load). Everywhere a
@@ -13,22 +15,48 @@ path (relative paths are relative to the registry file), anything else is a Hub 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, PydanticCustomError
 
-from animegamer.game import INSTRUCTION_FIELDS, Instruction, InstructionError, make_instruction
+from animegamer.game import MAX_FIELD_CHARS, Instruction, make_instruction
+from animegamer.models.decoder_defaults import DEFAULT_LATENT_SIZE
+from animegamer.settings import DEFAULT_REGISTRY
 
 REGISTRY_FORMAT = 1
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FOLDER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_NAME_CHARS = 64
+MAX_DISPLAY_CHARS = 100
+MAX_CHARACTERS = 100
+MAX_EXAMPLES = 50
+MAX_PATH_CHARS = 4096
+MAX_REVISION_CHARS = 255
+MAX_LATENT_SIDE = 256
+"""A latent side of 256 is a 2048-pixel video side; the release's decoder is 60×90."""
+AVATAR_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 _LOCAL_PREFIXES = ("/", "./", "../", "~")
-DEFAULT_LATENT_SIZE = (60, 90)
-"""The decoder's latent height and width: 480×720 video. Not inferable from the checkpoint."""
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_REPO_DESCRIPTION = "a Hub repo id 'org/name' or a local path starting with / ./ ../ or ~"
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+_SHOWN.maxlevel = 1
 
 
 class RegistryError(ValueError):
@@ -81,9 +109,20 @@ class Character:
 
 
 @dataclass(frozen=True)
+class ShotTowerSources:
+    """Where the shot encoder's frozen towers come from (DESIGN §9): CLIP ViT-B-16 and
+    CogVideoX-2B's T5 encoder with its tokenizer."""
+
+    image_encoder: RepoRef
+    text_encoder: RepoRef
+    tokenizer: RepoRef
+
+
+@dataclass(frozen=True)
 class Registry:
     path: Path
     characters: tuple[Character, ...]
+    shot_towers: ShotTowerSources | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -105,7 +144,278 @@ def is_local_path(value: str) -> bool:
 
 
 def default_registry_path() -> Path:
-    return Path(__file__).resolve().parents[1] / "assets" / "characters.yaml"
+    return DEFAULT_REGISTRY
+
+
+# ---- the file's schema: each field's description completes "must be …" in error messages ----
+
+
+class _Schema(BaseModel):
+    """Strict (no coercion), closed (no unknown fields) and immutable; surrounding whitespace of
+    every string is dropped, as a YAML editor would not see it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, str_strip_whitespace=True)
+
+
+def _single_spaced(text: str) -> str:
+    return " ".join(text.split())
+
+
+Name = Annotated[
+    str,
+    Field(
+        pattern=rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_NAME_CHARS - 1}}}$",
+        description=f"1 to {MAX_NAME_CHARS} letters, digits, _ or -, starting with a letter "
+        "or digit",
+    ),
+]
+DisplayName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_DISPLAY_CHARS,
+        description=f"a non-empty label of at most {MAX_DISPLAY_CHARS} characters",
+    ),
+    AfterValidator(_single_spaced),
+]
+FieldText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=4 * MAX_FIELD_CHARS,
+        description=f"a non-empty string of at most {MAX_FIELD_CHARS} characters",
+    ),
+]
+"""`make_instruction` then holds the text to the rules a typed field has."""
+Folder = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        description="a folder name of 1 to 128 letters, digits, . _ or -, starting with a "
+        "letter or digit",
+    ),
+]
+Revision = Annotated[
+    str,
+    Field(
+        max_length=MAX_REVISION_CHARS,
+        pattern=r"^[A-Za-z0-9]+([._/-][A-Za-z0-9]+)*$",
+        description="a commit hash, or a branch or tag name (letters and digits, single . _ / "
+        f"or - between them, at most {MAX_REVISION_CHARS} characters)",
+    ),
+]
+LocalOrHub = Annotated[
+    str, Field(min_length=1, max_length=MAX_PATH_CHARS, description=_REPO_DESCRIPTION)
+]
+AvatarPath = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_PATH_CHARS,
+        description=f"a relative path to a {'/'.join(AVATAR_SUFFIXES)} image inside the "
+        "registry's folder",
+    ),
+]
+LatentSize = Annotated[
+    list[Annotated[int, Field(gt=0, le=MAX_LATENT_SIDE)]],
+    Field(
+        min_length=2,
+        max_length=2,
+        description=f"[height, width], two integers from 1 to {MAX_LATENT_SIDE}",
+    ),
+]
+
+
+def _folder(info: ValidationInfo) -> Path:
+    """The registry file's folder, which relative paths start from (the validation context)."""
+    return Path((info.context or {})["folder"]).resolve()
+
+
+class InstructionEntry(_Schema):
+    """An instruction of the registry, held to the same rules as one a player types."""
+
+    character: FieldText
+    adverb: FieldText
+    motion: FieldText
+    time: FieldText
+    place: FieldText
+
+    @model_validator(mode="after")
+    def _playable(self) -> InstructionEntry:
+        self.instruction()  # an InstructionError is a ValueError: reported at this entry
+        return self
+
+    def instruction(self) -> Instruction:
+        return make_instruction(self.model_dump())
+
+
+class _Source(_Schema):
+    """A Hub repo at a pinned revision, or a local folder (which takes no revision)."""
+
+    repo: LocalOrHub
+    revision: Annotated[Revision | None, Field(validate_default=True)] = None
+
+    @field_validator("repo")
+    @classmethod
+    def _local_or_hub(cls, repo: str, info: ValidationInfo) -> str:
+        """A local folder, made absolute, must exist; anything else must be a Hub repo id."""
+        if is_local_path(repo):
+            path = Path(repo).expanduser()
+            path = path if path.is_absolute() else (_folder(info) / path).resolve()
+            if not path.is_dir():
+                raise ValueError(f"names the local folder {path}, which does not exist")
+            return str(path)
+        if not _REPO_ID.fullmatch(repo):
+            raise PydanticCustomError("repo_id", "not a Hub repo id")
+        return repo
+
+    @field_validator("revision")
+    @classmethod
+    def _pinned(cls, revision: str | None, info: ValidationInfo) -> str | None:
+        repo = info.data.get("repo")
+        if repo is None:  # the repo is invalid, and reported
+            return revision
+        if is_local_path(repo) and revision is not None:
+            raise ValueError("is not allowed for a local folder")
+        if not is_local_path(repo) and revision is None:
+            raise ValueError(
+                "is required for a Hub repo (a commit hash; a branch name only if no commit "
+                "is known)"
+            )
+        return revision
+
+    def ref(self) -> RepoRef:
+        return RepoRef(self.repo, self.revision)
+
+
+class RepoEntry(_Source):
+    subfolder: Folder | None = None
+
+    def ref(self) -> RepoRef:
+        return RepoRef(self.repo, self.revision, self.subfolder)
+
+
+class ReleaseEntry(_Source):
+    mllm_folder: Folder
+    decoder_folder: Folder
+    base_llm: RepoEntry
+    vae: RepoEntry
+    latent_size: LatentSize | None = None
+
+    def source(self) -> ReleaseSource:
+        height, width = self.latent_size or DEFAULT_LATENT_SIZE
+        return ReleaseSource(
+            repo=self.ref(),
+            mllm_folder=self.mllm_folder,
+            decoder_folder=self.decoder_folder,
+            base_llm=self.base_llm.ref(),
+            vae=self.vae.ref(),
+            latent_size=(height, width),
+        )
+
+
+class WeightsEntry(_Schema):
+    release: ReleaseEntry | None = None
+    converted: RepoEntry | None = None
+
+    @model_validator(mode="after")
+    def _has_a_source(self) -> WeightsEntry:
+        if self.release is None and self.converted is None:
+            raise ValueError("needs a 'release' or a 'converted' source (or both)")
+        return self
+
+
+class CharacterEntry(_Schema):
+    name: Name
+    display_name: DisplayName | None = None
+    avatar: AvatarPath | None = None
+    defaults: InstructionEntry
+    examples: Annotated[
+        list[InstructionEntry] | None,
+        Field(
+            max_length=MAX_EXAMPLES,
+            description=f"a list of at most {MAX_EXAMPLES} instructions",
+        ),
+    ] = None
+    weights: WeightsEntry
+
+    @field_validator("avatar")
+    @classmethod
+    def _image_file(cls, avatar: str | None, info: ValidationInfo) -> str | None:
+        """An image inside the registry's folder: the app serves every avatar's folder."""
+        if avatar is None:
+            return None
+        folder = _folder(info)
+        path = (folder / avatar).resolve()
+        inside = not Path(avatar).is_absolute() and path.is_relative_to(folder)
+        if not inside or path.suffix.lower() not in AVATAR_SUFFIXES:
+            raise PydanticCustomError("avatar_path", "not an image inside the registry's folder")
+        if not path.is_file():
+            raise ValueError(f"names {path}, which is not a file")
+        return str(path)
+
+    @field_validator("examples", mode="before")
+    @classmethod
+    def _inherit_character(cls, examples: Any, info: ValidationInfo) -> Any:
+        """An example without a character plays the defaults' one."""
+        defaults = info.data.get("defaults")
+        if defaults is None or not isinstance(examples, list):
+            return examples
+        return [
+            {"character": defaults.character, **item} if isinstance(item, dict) else item
+            for item in examples
+        ]
+
+    def character(self) -> Character:
+        release = self.weights.release
+        converted = self.weights.converted
+        return Character(
+            name=self.name,
+            display_name=self.display_name or self.name,
+            avatar=Path(self.avatar) if self.avatar else None,
+            defaults=self.defaults.instruction(),
+            examples=tuple(example.instruction() for example in self.examples or ()),
+            release=release.source() if release else None,
+            converted=converted.ref() if converted else None,
+        )
+
+
+class ShotTowersEntry(_Schema):
+    image_encoder: RepoEntry
+    text_encoder: RepoEntry
+    tokenizer: RepoEntry
+
+    def sources(self) -> ShotTowerSources:
+        return ShotTowerSources(
+            image_encoder=self.image_encoder.ref(),
+            text_encoder=self.text_encoder.ref(),
+            tokenizer=self.tokenizer.ref(),
+        )
+
+
+class RegistryFile(_Schema):
+    """The whole file; validate with `context={"folder": the file's folder}`."""
+
+    format: Annotated[
+        int,
+        Field(
+            ge=REGISTRY_FORMAT,
+            le=REGISTRY_FORMAT,
+            description=f"{REGISTRY_FORMAT}, the only format so far",
+        ),
+    ]
+    characters: Annotated[
+        list[CharacterEntry],
+        Field(
+            min_length=1,
+            max_length=MAX_CHARACTERS,
+            description=f"a non-empty list of at most {MAX_CHARACTERS} character entries",
+        ),
+    ]
+    shot_towers: ShotTowersEntry | None = None
+
+
+# ---- loading ----
 
 
 def load_registry(path: str | Path | None = None) -> Registry:
@@ -122,178 +432,118 @@ def load_registry(path: str | Path | None = None) -> Registry:
 
 def parse_registry(data: Any, path: Path) -> Registry:
     """Validate already-parsed YAML; relative paths inside are resolved against `path`'s folder."""
-    base = _Where(str(path), path.parent)
-    top = base.mapping(data, "", required={"format", "characters"})
-    if top["format"] != REGISTRY_FORMAT:
-        base.fail("format", f"must be {REGISTRY_FORMAT}, got {top['format']!r}")
-    entries = top["characters"]
-    if not isinstance(entries, list) or not entries:
-        base.fail("characters", "must be a non-empty list of character entries")
-    characters: list[Character] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(entries):
-        character = _parse_character(entry, base.entry(index, entry))
-        if character.name.lower() in seen:
-            base.entry(index, entry).fail("name", f"duplicate character name {character.name!r}")
-        seen.add(character.name.lower())
-        characters.append(character)
-    return Registry(path=path, characters=tuple(characters))
-
-
-class _Where:
-    """Error context: the file, the entry (index and name) and the folder for relative paths."""
-
-    def __init__(self, source: str, folder: Path, entry: str = "") -> None:
-        self.source = source
-        self.folder = folder
-        self.entry_label = entry
-
-    def entry(self, index: int, raw: Any) -> _Where:
-        name = raw.get("name") if isinstance(raw, Mapping) else None
-        label = f"characters[{index}]" + (f" ({name})" if isinstance(name, str) else "")
-        return _Where(self.source, self.folder, label)
-
-    def fail(self, field: str, problem: str) -> NoReturn:
-        where = f"{self.entry_label}: " if self.entry_label else ""
-        raise RegistryError(f"{self.source}: {where}field {field!r} {problem}")
-
-    def mapping(
-        self,
-        value: Any,
-        field: str,
-        required: set[str],
-        optional: frozenset[str] | set[str] = frozenset(),
-    ) -> dict[str, Any]:
-        if not isinstance(value, Mapping):
-            self.fail(field or "<top level>", f"must be a mapping, got {type(value).__name__}")
-        prefix = f"{field}." if field else ""
-        for key in value:
-            if key not in required | optional:
-                allowed = ", ".join(sorted(required | optional))
-                self.fail(f"{prefix}{key}", f"is not a known field (expected one of: {allowed})")
-        for key in sorted(required):
-            if key not in value or value[key] is None:
-                self.fail(f"{prefix}{key}", "is required")
-        return dict(value)
-
-    def text(self, value: Any, field: str, pattern: re.Pattern[str] | None = None) -> str:
-        if not isinstance(value, str) or not value.strip():
-            self.fail(field, f"must be a non-empty string, got {value!r}")
-        value = " ".join(value.split())
-        if pattern is not None and not pattern.match(value):
-            self.fail(field, f"has an invalid value {value!r}")
-        return value
-
-    def local_path(self, value: str) -> Path:
-        path = Path(value).expanduser()
-        return path if path.is_absolute() else (self.folder / path).resolve()
-
-
-def _parse_character(raw: Any, where: _Where) -> Character:
-    entry = where.mapping(
-        raw, "", required={"name", "defaults", "weights"},
-        optional={"display_name", "avatar", "examples"},
-    )
-    name = where.text(entry["name"], "name", _NAME)
-    defaults = _parse_fields(entry["defaults"], "defaults", where, character=None)
-    examples_raw = entry.get("examples") or []
-    if not isinstance(examples_raw, list):
-        where.fail("examples", "must be a list of instruction field mappings")
-    examples = tuple(
-        _parse_fields(item, f"examples[{i}]", where, character=defaults.character)
-        for i, item in enumerate(examples_raw)
-    )
-    avatar = None
-    if entry.get("avatar") is not None:
-        avatar = where.local_path(where.text(entry["avatar"], "avatar"))
-        if not avatar.is_file():
-            where.fail("avatar", f"names {avatar}, which is not a file")
-    release, converted = _parse_weights(entry["weights"], where)
-    display = entry.get("display_name")
-    return Character(
-        name=name,
-        display_name=where.text(display, "display_name") if display is not None else name,
-        avatar=avatar,
-        defaults=defaults,
-        examples=examples,
-        release=release,
-        converted=converted,
-    )
-
-
-def _parse_fields(raw: Any, field: str, where: _Where, character: str | None) -> Instruction:
-    """An instruction of the registry, held to the same rules as one a player types."""
-    names = set(INSTRUCTION_FIELDS)
-    required = names if character is None else names - {"character"}
-    values = where.mapping(raw, field, required=required, optional=names - required)
-    values.setdefault("character", character)
-    texts = {key: where.text(values[key], f"{field}.{key}") for key in sorted(names)}
     try:
-        return make_instruction(texts)
-    except InstructionError as error:
-        where.fail(field, str(error))
+        schema = RegistryFile.model_validate(data, context={"folder": path.parent})
+    except ValidationError as error:
+        raise RegistryError(_schema_message(error, data, path)) from None
+    _check_unique_names(schema, data, path)
+    return Registry(
+        path=path,
+        characters=tuple(e.character() for e in schema.characters),
+        shot_towers=schema.shot_towers.sources() if schema.shot_towers else None,
+    )
 
 
-def _parse_weights(raw: Any, where: _Where) -> tuple[ReleaseSource | None, RepoRef | None]:
-    weights = where.mapping(raw, "weights", required=set(), optional={"release", "converted"})
-    if weights.get("release") is None and weights.get("converted") is None:
-        where.fail("weights", "needs a 'release' or a 'converted' source (or both)")
-    release = None
-    if weights.get("release") is not None:
-        spec = where.mapping(
-            weights["release"], "weights.release",
-            required={"repo", "mllm_folder", "decoder_folder", "base_llm", "vae"},
-            optional={"revision", "latent_size"},
-        )
-        release = ReleaseSource(
-            repo=_parse_repo(
-                {"repo": spec["repo"], "revision": spec.get("revision")},
-                "weights.release", where,
-            ),
-            mllm_folder=where.text(spec["mllm_folder"], "weights.release.mllm_folder", _FOLDER),
-            decoder_folder=where.text(
-                spec["decoder_folder"], "weights.release.decoder_folder", _FOLDER
-            ),
-            base_llm=_parse_repo(spec["base_llm"], "weights.release.base_llm", where),
-            vae=_parse_repo(spec["vae"], "weights.release.vae", where),
-            latent_size=_parse_latent_size(spec.get("latent_size"), where),
-        )
-    converted = None
-    if weights.get("converted") is not None:
-        converted = _parse_repo(weights["converted"], "weights.converted", where)
-    return release, converted
+def _check_unique_names(schema: RegistryFile, data: Any, path: Path) -> None:
+    first: dict[str, int] = {}
+    for index, entry in enumerate(schema.characters):
+        earlier = first.setdefault(entry.name.lower(), index)
+        if earlier != index:
+            other = _entry_label(data, earlier)
+            problem = f"duplicates the name of {other} (names ignore case)"
+            raise RegistryError(_located(path, data, ("characters", index, "name"), problem))
 
 
-def _parse_latent_size(raw: Any, where: _Where) -> tuple[int, int]:
-    if raw is None:
-        return DEFAULT_LATENT_SIZE
-    valid = isinstance(raw, list) and len(raw) == 2
-    if not valid or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in raw):
-        where.fail("weights.release.latent_size", f"must be [height, width], got {raw!r}")
-    return (raw[0], raw[1])
+# ---- error messages ----
 
 
-def _parse_repo(raw: Any, field: str, where: _Where) -> RepoRef:
-    spec = where.mapping(raw, field, required={"repo"}, optional={"revision", "subfolder"})
-    repo = where.text(spec["repo"], f"{field}.repo")
-    subfolder = None
-    if spec.get("subfolder") is not None:
-        subfolder = where.text(spec["subfolder"], f"{field}.subfolder", _FOLDER)
-    if is_local_path(repo):
-        path = where.local_path(repo)
-        if not path.is_dir():
-            where.fail(f"{field}.repo", f"names the local folder {path}, which does not exist")
-        return RepoRef(repo=str(path), revision=None, subfolder=subfolder)
-    if not _REPO_ID.match(repo):
-        where.fail(
-            f"{field}.repo",
-            f"must be a Hub repo id 'org/name' or a local path starting with / ./ ../ or ~, "
-            f"got {repo!r}",
-        )
-    if spec.get("revision") is None:
-        where.fail(
-            f"{field}.revision",
-            "is required for a Hub repo (a commit hash; a branch name only if no commit is known)",
-        )
-    revision = where.text(str(spec["revision"]), f"{field}.revision")
-    return RepoRef(repo=repo, revision=revision, subfolder=subfolder)
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The schema model that a field's annotation holds (`list[X] | None` → X), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_model_in, get_args(annotation))), None)
+
+
+def _field_at(loc: Sequence[int | str]) -> tuple[type[BaseModel], FieldInfo | None, int]:
+    """Where an error's location points: the model, the field (None for an unknown field or a
+    list item) and the length of the location up to that field. An error inside a field that
+    holds no model (`latent_size[1]`) is reported at the field itself."""
+    model: type[BaseModel] = RegistryFile
+    for depth, part in enumerate(loc, start=1):
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return model, None, depth
+        inner = _model_in(info.annotation)
+        if inner is None or depth == len(loc):
+            return model, info, depth
+        model = inner
+    return model, None, len(loc)
+
+
+def _at(data: Any, loc: Sequence[int | str]) -> Any:
+    """The value at `loc` in the parsed YAML, or None."""
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _entry_label(data: Any, index: int) -> str:
+    name = _at(data, ("characters", index, "name"))
+    return f"characters[{index}]" + (f" ({name[:MAX_NAME_CHARS]})" if isinstance(name, str) else "")
+
+
+def _dotted(loc: Sequence[int | str]) -> str:
+    """`examples[0].place` for ('examples', 0, 'place')."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
+    return text
+
+
+def _located(path: Path, data: Any, loc: Sequence[int | str], problem: str) -> str:
+    """`FILE: characters[0] (Qiqi): field 'weights.release.revision' PROBLEM`."""
+    where = [str(path)]
+    if len(loc) >= 2 and loc[0] == "characters" and isinstance(loc[1], int):
+        where.append(_entry_label(data, loc[1]))
+        loc = loc[2:]
+    where.append(f"field {_dotted(loc)!r} {problem}" if loc else problem)
+    return ": ".join(where)
+
+
+def _description(info: FieldInfo | None) -> str | None:
+    """What a field must be: its own description, or that of `X` in its `X | None`."""
+    if info is None:
+        return None
+    if info.description or get_origin(info.annotation) not in (Union, UnionType):
+        return info.description
+    found = (m for a in get_args(info.annotation) for m in getattr(a, "__metadata__", ()))
+    return next((m.description for m in found if isinstance(m, FieldInfo)), None)
+
+
+def _problem(
+    error: ErrorDetails, model: type[BaseModel], info: FieldInfo | None, value: Any
+) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return f"is not a known field (expected one of: {', '.join(sorted(model.model_fields))})"
+    if kind == "value_error":
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    if value is None and info is not None:
+        return "is required"
+    expected = _description(info) or "a mapping"  # every field without one holds a model
+    return f"must be {expected}, got {_SHOWN.repr(value)}"
+
+
+def _schema_message(error: ValidationError, data: Any, path: Path) -> str:
+    """One message for the first problem pydantic found, naming the entry and the field."""
+    first = error.errors(include_url=False)[0]
+    model, info, depth = _field_at(first["loc"])
+    loc = first["loc"][:depth]
+    return _located(path, data, loc, _problem(first, model, info, _at(data, loc)))

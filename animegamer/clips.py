@@ -12,11 +12,16 @@ ended by the next action (restart, undo, load) must not lose its files under tha
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+import numpy as np
+
+from animegamer.video import write_mp4
 
 PLAYERS_FOLDER = "players"
 DELETE_GRACE_S = 30.0
@@ -55,17 +60,24 @@ class ClipStore:
     """
 
     def __init__(
-        self,
-        root: str | Path,
-        *,
-        grace_s: float = DELETE_GRACE_S,
-        clock: Callable[[], float] = time.monotonic,
+        self, root: str | Path, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.root = Path(root)
-        self.grace_s = grace_s
         self.clock = clock
         self._trash: list[tuple[float, Path]] = []
         self._lock = threading.Lock()
+
+    def write_clip(self, frames: np.ndarray, session_id: str, turn_index: int, seed: int) -> Path:
+        """Write a turn's frames as the game's next clip; a unique name, so a turn that is
+        played again after an undo never meets the old clip's copy in a browser cache."""
+        folder = self.root / session_id
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"turn_{turn_index:04d}_{seed}_{secrets.token_hex(3)}.mp4"
+        try:
+            return write_mp4(frames, path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
 
     def workdir(self, player_id: str, session_id: str, kind: str) -> Path:
         """A player's folder for one game's `kind` of files (saves, exports, loaded clips)."""
@@ -80,9 +92,9 @@ class ClipStore:
         folders.add(player_folder(self.root, player_id) / session_id)
         return folders
 
-    def discard(self, paths: Iterable[Path]) -> None:
-        """Delete `paths` (files or folders below the root) once the grace period is over."""
-        due = self.clock() + self.grace_s
+    def discard(self, paths: Iterable[Path], grace_s: float = DELETE_GRACE_S) -> None:
+        """Delete `paths` (files or folders below the root) once `grace_s` have passed."""
+        due = self.clock() + grace_s
         with self._lock:
             self._trash.extend((due, Path(path)) for path in paths)
         self.empty_trash()

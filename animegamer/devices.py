@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +18,8 @@ class Placement:
     """Device and dtypes of the two models.
 
     `offload` keeps both models in CPU memory and moves each to the GPU only while it runs, so a
-    24 GB card can play; it costs the PCIe transfers on every turn. `zero_gpu` marks a ZeroGPU
+    24 GB card can play; it costs the PCIe transfers on every turn. The decoder pipeline does it
+    with diffusers' `enable_model_cpu_offload` (transformer, then VAE). `zero_gpu` marks a ZeroGPU
     Space: weights are read into CPU memory and then moved with `.to("cuda")`, the one way
     ZeroGPU supports at start-up, where no GPU is attached yet. `resident_characters` is how many
     characters' models may stay loaded at once (each takes the resident budget).
@@ -43,14 +43,10 @@ class Placement:
         return "cpu" if self.zero_gpu else self.storage_device
 
 
-def on_zero_gpu() -> bool:
-    return os.environ.get("SPACES_ZERO_GPU", "").lower() in {"1", "true"}
-
-
-def _gpu_memory_bytes() -> int:
+def _gpu_memory_bytes(zero_gpu: bool) -> int:
     """Memory of GPU 0. On ZeroGPU no GPU is attached at start-up (each call gets a large slice
     of an H200), so the answer is that slice, not a query."""
-    if on_zero_gpu():
+    if zero_gpu:
         return ZERO_GPU_BYTES
     return torch.cuda.get_device_properties(0).total_memory
 
@@ -58,20 +54,21 @@ def _gpu_memory_bytes() -> int:
 CPU_PLACEMENT = Placement(device="cpu", game_state_dtype=torch.float32, decoder_dtype=torch.float32)
 
 
-def choose_placement(low_vram: str = "auto") -> Placement:
+def choose_placement(low_vram: str = "auto", zero_gpu: bool = False) -> Placement:
     """bf16 MLLM and fp16 DiT on a GPU (what the release ran), fp32 on CPU.
 
-    `low_vram` is `auto` (offload when the card has less than the resident budget), `on` or `off`.
+    `low_vram` is `auto` (offload when the card has less than the resident budget), `on` or `off`;
+    `zero_gpu` says the Space runs on ZeroGPU (`Settings.zero_gpu`).
     """
     if not torch.cuda.is_available():
         return CPU_PLACEMENT
-    total = _gpu_memory_bytes()
+    total = _gpu_memory_bytes(zero_gpu)
     offload = low_vram == "on" or (low_vram == "auto" and total < RESIDENT_BUDGET_BYTES)
     return Placement(
         device="cuda",
         game_state_dtype=torch.bfloat16,
         decoder_dtype=torch.float16,
         offload=offload,
-        zero_gpu=on_zero_gpu(),
+        zero_gpu=zero_gpu,
         resident_characters=1 if offload else max(1, total // RESIDENT_BUDGET_BYTES),
     )

@@ -9,37 +9,38 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import secrets
 import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+import numpy as np
 import torch
 
 from animegamer.characters import Registry
+from animegamer.clips import ClipStore
 from animegamer.devices import CPU_PLACEMENT, Placement, choose_placement
 from animegamer.game import (
     MAX_STEPS,
+    GameStates,
     Instruction,
     Session,
     Timings,
+    check_seed,
     effective_motion_level,
+    new_seed,
     record_turn,
 )
 from animegamer.hub import log_stage, resolve_character
-from animegamer.models.decoder import AnimeGamerDecoder, decode_latents, motion_scope
+from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.settings import Settings
-from animegamer.tokens import HistoryTurn, build_prompt
-from animegamer.video import write_mp4
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +70,7 @@ class CharacterModels:
     """The two networks that play one character."""
 
     game_state: GameStateModel
-    decoder: AnimeGamerDecoder
-
-
-def _new_seed() -> int:
-    return secrets.randbits(31)
+    decoder: AnimeGamerPipeline
 
 
 class TurnEngine:
@@ -100,7 +97,7 @@ class TurnEngine:
         self.placement = placement
         self.num_inference_steps = num_inference_steps
         self.guidance_scale = guidance_scale
-        self.output_dir = Path(output_dir)
+        self.clips = ClipStore(output_dir)
         self.notice = notice
         self.load_on_demand = load_on_demand
         self.representation_dim: int | None = None
@@ -142,11 +139,6 @@ class TurnEngine:
         self.representation_dim = models.game_state.representation_dim
         return models
 
-    def clip_path(self, session: Session, turn_index: int, seed: int) -> Path:
-        folder = self.output_dir / session.session_id
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"turn_{turn_index:04d}_{seed}_{secrets.token_hex(3)}.mp4"
-
     def play(
         self,
         session: Session,
@@ -164,9 +156,7 @@ class TurnEngine:
             progress: called as `progress(fraction, description)` through the turn.
             num_inference_steps: diffusion steps; the engine's setting when `None`.
         """
-        seed = _new_seed() if seed is None else seed
-        if not 0 <= seed < 2**63:
-            raise ValueError(f"seed must be in 0..2**63-1, got {seed}")
+        seed = new_seed() if seed is None else check_seed(seed)
         steps = num_inference_steps or self.num_inference_steps
         if not 1 <= steps <= MAX_STEPS:
             raise ValueError(f"num_inference_steps must be in 1..{MAX_STEPS}, got {steps}")
@@ -175,70 +165,56 @@ class TurnEngine:
         started = time.perf_counter()
 
         report(0.0, "Predicting the next game state")
-        history = [
-            HistoryTurn(instruction=turn.instruction.text, states=turn.states)
-            for turn in session.history_turns
-        ]
-        history_representations = list(session.history_representations)
-        prompt = build_prompt(models.game_state.tokenizer, history, instruction.text)
-        with self._on_device(models.game_state):
-            representation = models.game_state.represent(prompt.input_ids, history_representations)
-            states = models.game_state.predict_states(prompt.input_ids, history_representations)
+        history = zip(session.history_turns, session.history_representations, strict=True)
+        representation, states = models.game_state.predict(history, instruction)
         predicted = time.perf_counter()
-
-        motion_level = effective_motion_level(states.ml)
-        scope = motion_scope(models.decoder.transformer, motion_level)
-
-        def on_step(step: int, total: int) -> None:
-            report(0.1 + 0.8 * step / total, f"Denoising step {step}/{total}")
-
-        generator = torch.Generator("cpu").manual_seed(seed)
-        with self._on_device(models.decoder):
-            latents = models.decoder.sample(
-                representation,
-                motion_level=motion_level,
-                num_inference_steps=steps,
-                guidance_scale=self.guidance_scale,
-                generator=generator,
-                callback=on_step,
-            )
-            report(0.92, "Decoding the video")
-            frames = decode_latents(models.decoder.vae, latents)
+        frames = self._render(models.decoder, representation, states, steps, seed, report)
         report(0.97, "Writing the clip")
-        path = self.clip_path(session, len(session.turns) + 1, seed)
+        path = self.clips.write_clip(frames, session.session_id, len(session.turns) + 1, seed)
+        finished = time.perf_counter()
         try:
-            write_mp4(frames, path)
-            finished = time.perf_counter()
             return record_turn(
                 session,
                 instruction=instruction,
                 states=states,
-                motion_scope_value=scope,
+                motion_scope_value=models.decoder.motion_scope(effective_motion_level(states.ml)),
                 representation=representation[0].float().cpu(),
                 seed=seed,
                 clip_path=str(path),
-                timings=Timings(
-                    predict_s=predicted - started,
-                    decode_s=finished - predicted,
-                    total_s=finished - started,
-                ),
+                timings=Timings.between(started, predicted, finished),
             )
         except BaseException:
             path.unlink(missing_ok=True)
             raise
 
-    @contextmanager
-    def _on_device(self, model: GameStateModel | AnimeGamerDecoder) -> Iterator[None]:
-        """In low-VRAM mode, move a model to the GPU only while it runs."""
-        if not self.placement.offload:
-            yield
-            return
-        model.to(self.placement.device)
-        try:
-            yield
-        finally:
-            model.to("cpu")
-            torch.cuda.empty_cache()
+    def _render(
+        self,
+        decoder: AnimeGamerPipeline,
+        representation: torch.Tensor,
+        states: GameStates,
+        steps: int,
+        seed: int,
+        report: ProgressCallback,
+    ) -> np.ndarray:
+        """The shot's uint8 frames [F, H, W, 3], reporting each denoising step."""
+
+        def on_step_end(
+            pipeline: AnimeGamerPipeline, step: int, timestep: torch.Tensor, tensors: dict
+        ) -> dict:
+            report(0.1 + 0.8 * (step + 1) / steps, f"Denoising step {step + 1}/{steps}")
+            if step + 1 == steps:
+                report(0.92, "Decoding the video")
+            return tensors
+
+        (frames,) = decoder(
+            representation,
+            motion_level=effective_motion_level(states.ml),
+            num_inference_steps=steps,
+            guidance_scale=self.guidance_scale,
+            generator=torch.Generator("cpu").manual_seed(seed),
+            callback_on_step_end=on_step_end,
+        ).frames
+        return frames
 
 
 def load_character_models(directory: Path, placement: Placement) -> CharacterModels:
@@ -246,12 +222,19 @@ def load_character_models(directory: Path, placement: Placement) -> CharacterMod
     game_state = GameStateModel.from_pretrained(
         directory, device=placement.load_device, dtype=placement.game_state_dtype
     )
-    decoder = AnimeGamerDecoder.from_pretrained(
-        directory, device=placement.load_device, dtype=placement.decoder_dtype
+    # play renders game-state representations: the shot encoder stays on disk
+    decoder = AnimeGamerPipeline.from_pretrained(
+        directory, dtype=placement.decoder_dtype, shot_encoder=None
     )
-    if placement.load_device != placement.storage_device:
-        game_state.to(placement.storage_device)
+    if placement.offload:
+        decoder.enable_model_cpu_offload(device=placement.device)
+    else:
         decoder.to(placement.storage_device)
+    if placement.offload:
+        game_state.enable_model_cpu_offload(placement.device)
+    elif placement.load_device != placement.storage_device:
+        # transformers wraps `.to` in a decorator whose stub mypy reads as unbound
+        game_state.to(placement.storage_device)  # type: ignore[arg-type]
     return CharacterModels(game_state=game_state, decoder=decoder)
 
 
@@ -295,7 +278,7 @@ def create_engine(
         return create_preview_engine(settings)
     if settings.engine == "auto" and not torch.cuda.is_available():
         return create_preview_engine(settings, f"No GPU was found. {PREVIEW_NOTICE}")
-    placement = choose_placement(settings.low_vram)
+    placement = choose_placement(settings.low_vram, settings.zero_gpu)
     default, *others = characters
     try:
         directories = {default: resolve_character(default)}
@@ -354,6 +337,8 @@ def create_registry_engine(
     """
 
     def resolve(name: str) -> Path:
-        return resolve_character(registry.get(name))
+        return resolve_character(
+            registry.get(name), settings.cache_dir, check_resources=settings.resource_checks
+        )
 
     return create_engine(settings, resolve, characters or registry.names)

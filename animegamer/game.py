@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import secrets
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -26,12 +27,14 @@ DEFAULT_MOTION_LEVEL = 3
 MAX_FIELD_CHARS = 80
 MAX_WINDOW = 5
 MAX_STEPS = 200
+MAX_SEED = 2**63 - 1
+"""Seeds are 0..2**63-1: what a torch generator takes and a save file stores."""
+RANDOM_SEED_WORDS = frozenset({"", "random"})
+_SEED_TEXT = re.compile(r"^\d{1,19}$")
 MAX_GAME_TURNS = 1000
 """The most turns one game keeps (its whole history is saved and shown). At about 0.5-1 MB per
 real clip a saved game of this length stays under the save file's 1 GiB limit, and at the
 paper's 24 s a turn it is almost seven hours of play."""
-REPRESENTATION_TOKENS = 226
-"""Vectors in one shot representation (= frame positions of a video block in the prompt)."""
 INSTRUCTION_FIELDS = ("character", "adverb", "motion", "time", "place")
 FIELD_LABELS = {
     "character": "Character",
@@ -52,6 +55,19 @@ _WHITESPACE = re.compile(r"\s+")
 
 class InstructionError(ValueError):
     """An instruction a player typed that cannot be played; the message is shown to them."""
+
+
+class SeedError(InstructionError):
+    """A seed that is not a whole number in 0..MAX_SEED."""
+
+
+class OtherCharacterError(InstructionError):
+    """An instruction naming another playable character than the game's (their models differ)."""
+
+    def __init__(self, named: str, playing: str) -> None:
+        super().__init__(f"This game plays {playing}; the instruction names {named}.")
+        self.named = named
+        self.playing = playing
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,13 @@ class Timings:
     predict_s: float = 0.0
     decode_s: float = 0.0
     total_s: float = 0.0
+
+    @classmethod
+    def between(cls, started: float, predicted: float, finished: float) -> Timings:
+        """From three clock readings: the turn's start, the end of prediction, its end."""
+        return cls(
+            predict_s=predicted - started, decode_s=finished - predicted, total_s=finished - started
+        )
 
 
 @dataclass(frozen=True)
@@ -308,6 +331,48 @@ def check_room_for_turn(session: Session) -> None:
             f"This game has reached {MAX_GAME_TURNS} turns, the most one game keeps. Save it "
             "and download the playthrough, then start a new game."
         )
+
+
+def new_seed() -> int:
+    """A fresh random seed (31 bits: short enough to read out and type back)."""
+    return secrets.randbits(31)
+
+
+def check_seed(seed: object) -> int:
+    """`seed` when it is an int in 0..MAX_SEED (what the engine takes from any caller)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise SeedError(f"The seed must be a whole number from 0 to {MAX_SEED}, got {seed!r}.")
+    return seed
+
+
+def parse_seed(text: str | float | None) -> int | None:
+    """A seed typed by a player: `None` (a fresh random one) for "random" or nothing, else the
+    number, or `SeedError`."""
+    raw = "" if text is None else str(text)
+    if len(raw) > 32:
+        raise SeedError(f"The seed must be a whole number from 0 to {MAX_SEED}, or 'random'.")
+    raw = raw.strip().lower()
+    if raw in RANDOM_SEED_WORDS:
+        return None
+    if not _SEED_TEXT.match(raw) or int(raw) > MAX_SEED:
+        raise SeedError(f"The seed must be a whole number from 0 to {MAX_SEED}, or 'random'.")
+    return int(raw)
+
+
+def check_character(
+    session: Session, instruction: Instruction, playable: Mapping[str, Collection[str]]
+) -> None:
+    """Refuse an instruction that names another playable character than the game's.
+
+    `playable` maps each character to the names an instruction may call them by. A name that is
+    no playable character's (a friend in the story) is fine.
+    """
+    named = instruction.character.lower()
+    for character, names in playable.items():
+        if named in {name.lower() for name in names}:
+            if character != session.character:
+                raise OtherCharacterError(character, session.character)
+            return
 
 
 def record_turn(

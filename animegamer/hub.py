@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import shutil
 import time
@@ -47,16 +46,13 @@ from animegamer.convert.character import (
     check_layout,
     convert_release,
     read_manifest,
-    resource_checks_enabled,
 )
 from animegamer.convert.errors import ConversionError
+from animegamer.models.decoder_defaults import RELEASE_CHECKPOINT_NAME as DECODER_FILE
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = "ANIMEGAMER_CACHE"
-SPACE_DATA_DIR = Path("/data")
 MLLM_FILE = "pytorch_model.bin"
-DECODER_FILE = "mp_rank_00_model_states.pt"
 BASE_LLM_FILES = (
     "config.json",
     "generation_config.json",
@@ -85,17 +81,6 @@ class IncompleteFilesError(HubError):
     """Files of a source are missing, truncated or unreadable."""
 
 
-def default_cache_dir() -> Path:
-    """`$ANIMEGAMER_CACHE`, else `/data/animegamer` on a Space with persistent storage, else
-    `~/.cache/animegamer`."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    if SPACE_DATA_DIR.is_dir() and os.access(SPACE_DATA_DIR, os.W_OK):
-        return SPACE_DATA_DIR / "animegamer"
-    return Path.home() / ".cache" / "animegamer"
-
-
 @contextmanager
 def log_stage(stage: str, subject: str, log: logging.Logger | None = None) -> Iterator[None]:
     """Log the start of a start-up stage (download, convert, load) and its duration."""
@@ -112,19 +97,19 @@ def log_stage(stage: str, subject: str, log: logging.Logger | None = None) -> It
 
 def resolve_character(
     character: Character,
-    cache_dir: Path | None = None,
+    cache_dir: Path,
     *,
     token: str | None = None,
     local_files_only: bool | None = None,
-    check_resources: bool | None = None,
+    check_resources: bool = True,
     log: logging.Logger | None = None,
 ) -> Path:
     """A ready project-layout directory for `character`; downloads and converts when needed.
 
-    `cache_dir` defaults to `default_cache_dir()`; `token` to the Hub's own (`HF_TOKEN`);
-    `local_files_only` to offline mode (`HF_HUB_OFFLINE`); `check_resources` (disk and RAM before
-    converting) to on unless `ANIMEGAMER_SKIP_RESOURCE_CHECK=1`. A converted repo named by the
-    registry is preferred over the release.
+    `cache_dir` holds the conversions (`Settings.cache_dir`); `token` defaults to the Hub's own
+    (`HF_TOKEN`); `local_files_only` to offline mode (`HF_HUB_OFFLINE`); `check_resources` checks
+    disk and RAM before converting. A converted repo named by the registry is preferred over the
+    release.
     """
     log = log or logger
     offline = _offline(local_files_only)
@@ -139,7 +124,7 @@ def resolve_character(
     assert release is not None  # the registry guarantees one of the two sources
     sources = resolve_sources(release, token=token, local_files_only=offline)
     key = cache_key(sources)
-    target = Path(cache_dir or default_cache_dir()) / "characters" / f"{character.name}-{key}"
+    target = Path(cache_dir) / "characters" / f"{character.name}-{key}"
     if is_trusted(target, key):
         log.info("cache %s: converted %s found at %s", character.name, key, target)
         return target
@@ -155,8 +140,6 @@ def resolve_character(
         for stale in target.parent.glob(f".{target.name}.tmp-*"):
             log.warning("cache %s: removing an interrupted conversion %s", key, stale)
             shutil.rmtree(stale, ignore_errors=True)
-        if check_resources is None:
-            check_resources = resource_checks_enabled()
         with log_stage("convert", f"{character.name} into {target}", log):
             convert_release(
                 files, target, name=character.name, check_resources_first=check_resources
@@ -404,7 +387,7 @@ def _local_root(ref: RepoRef) -> Path:
     return path
 
 
-def _fingerprint(root: Path, patterns: Sequence[str] | None) -> str:
+def _fingerprint(root: Path, patterns: list[str] | None) -> str:
     """`local-<digest>` of the relative names, sizes and modification times of matching files."""
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     digest = hashlib.sha256()
@@ -414,7 +397,7 @@ def _fingerprint(root: Path, patterns: Sequence[str] | None) -> str:
     return f"local-{digest.hexdigest()[:16]}"
 
 
-def _check_sizes(ref: RepoRef, root: Path, patterns: Sequence[str] | None) -> None:
+def _check_sizes(ref: RepoRef, root: Path, patterns: list[str] | None) -> None:
     """Compare cached files with the Hub's listing of the commit, where the cache holds one."""
     try:
         listing = get_cached_repo_tree(ref.repo, revision=root.name)
@@ -431,7 +414,7 @@ def _check_sizes(ref: RepoRef, root: Path, patterns: Sequence[str] | None) -> No
             )
 
 
-def _missing_files(ref: RepoRef, root: Path, patterns: Sequence[str] | None) -> str:
+def _missing_files(ref: RepoRef, root: Path, patterns: list[str] | None) -> str:
     """The files of the commit's listing that are absent under `root`, for messages."""
     try:
         listing = [f.path for f in get_cached_repo_tree(ref.repo, revision=root.name)]

@@ -47,7 +47,6 @@ from animegamer.game import (
     MAX_GAME_TURNS,
     MAX_WINDOW,
     MOTION_LEVELS,
-    REPRESENTATION_TOKENS,
     STATE_DELTA_RANGE,
     GameStates,
     Gauges,
@@ -59,6 +58,7 @@ from animegamer.game import (
     effective_motion_level,
     make_instruction,
 )
+from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.mp4check import ClipFacts, check_mp4
 
 SAVE_FORMAT = "animegamer-save"

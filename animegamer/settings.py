@@ -5,19 +5,34 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from animegamer.game import MAX_STEPS, MAX_WINDOW
+from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
 ENGINE_KINDS = ("auto", "real", "preview")
 LOW_VRAM_CHOICES = ("auto", "on", "off")
+SPACE_DATA_DIR = Path("/data")
+"""A Space's persistent storage, when it has some."""
+TRUE_WORDS = frozenset({"1", "true", "yes"})
 
 
 class SettingsError(ValueError):
     """An environment variable holds a value the app cannot use."""
+
+
+def default_cache_dir(environ: Mapping[str, str]) -> Path:
+    """`$ANIMEGAMER_CACHE`, else `/data/animegamer` on a Space with persistent storage, else
+    `~/.cache/animegamer`."""
+    configured = environ.get("ANIMEGAMER_CACHE")
+    if configured:
+        return Path(configured).expanduser()
+    if SPACE_DATA_DIR.is_dir() and os.access(SPACE_DATA_DIR, os.W_OK):
+        return SPACE_DATA_DIR / "animegamer"
+    return Path.home() / ".cache" / "animegamer"
 
 
 @dataclass(frozen=True)
@@ -28,21 +43,31 @@ class Settings:
     falls back to the preview engine otherwise; `real` or `preview` force one.
     `window`: turns the game-state model sees, the current one included (the release demo: 1).
     `steps` / `preview_steps`: diffusion steps of the real and the preview decoder.
+    `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
+    `zero_gpu`: running on a ZeroGPU Space (set by the platform).
     """
 
     engine: str = "auto"
     window: int = 1
-    steps: int = 50
+    steps: int = DEFAULT_STEPS
     preview_steps: int = 8
-    guidance_scale: float = 6.0
+    guidance_scale: float = DEFAULT_GUIDANCE
     low_vram: str = "auto"
     registry_path: Path = DEFAULT_REGISTRY
     output_dir: Path = Path(tempfile.gettempdir()) / "animegamer"
+    cache_dir: Path = field(default_factory=lambda: default_cache_dir({}))
+    resource_checks: bool = True
+    zero_gpu: bool = False
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, default_output_dir: Path | None = None
+    ) -> Settings:
+        """Settings from `environ` (the process environment by default); `default_output_dir`
+        replaces the temp-dir default where `ANIMEGAMER_OUTPUT_DIR` is not set (the app's is
+        under Gradio's upload folder, which Gradio serves)."""
         env = os.environ if environ is None else environ
-        defaults = cls()
+        defaults = cls(output_dir=default_output_dir or cls.output_dir)
         settings = cls(
             engine=env.get("ANIMEGAMER_ENGINE", defaults.engine).strip().lower(),
             window=_int(env, "ANIMEGAMER_WINDOW", defaults.window),
@@ -51,7 +76,10 @@ class Settings:
             guidance_scale=_float(env, "ANIMEGAMER_GUIDANCE", defaults.guidance_scale),
             low_vram=env.get("ANIMEGAMER_LOW_VRAM", defaults.low_vram).strip().lower(),
             registry_path=Path(env.get("ANIMEGAMER_CHARACTERS", str(defaults.registry_path))),
-            output_dir=Path(env.get("ANIMEGAMER_OUTPUT_DIR", str(defaults.output_dir))),
+            output_dir=Path(env.get("ANIMEGAMER_OUTPUT_DIR") or defaults.output_dir),
+            cache_dir=default_cache_dir(env),
+            resource_checks=not _flag(env, "ANIMEGAMER_SKIP_RESOURCE_CHECK"),
+            zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
         )
         settings.validate()
         return settings
@@ -74,20 +102,24 @@ class Settings:
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be an integer: {raw!r}") from None
+    return int(_number(env, name, default, int, "an integer"))
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(env, name, default, float, "a number")
+
+
+def _number(
+    env: Mapping[str, str], name: str, default: float, parse: type[float], what: str
+) -> float:
     raw = env.get(name)
     if raw is None or not raw.strip():
         return default
     try:
-        return float(raw)
+        return parse(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be a number: {raw!r}") from None
+        raise SettingsError(f"{name} must be {what}: {raw!r}") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in TRUE_WORDS

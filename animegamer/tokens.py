@@ -13,17 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from tokenizers import AddedToken
 from transformers import LlamaTokenizer, PreTrainedTokenizerFast
 
-from animegamer.game import REPRESENTATION_TOKENS, GameStates, normalise_field
+from animegamer.game import STATE_DELTA_RANGE, GameStates, normalise_field
+from animegamer.models.representation import REPRESENTATION_TOKENS
 
 BASE_VOCAB_SIZE = 32000
-NUM_QUERY_TOKENS = REPRESENTATION_TOKENS
 NUM_FRAME_TOKENS = 256
-STATE_RANGE = range(-5, 6)
+STATE_RANGE = range(STATE_DELTA_RANGE[0], STATE_DELTA_RANGE[1] + 1)
+"""Values of the `<Strength_v>` tokens: the game's state deltas."""
 
 FRAME_TOKENS = [f"<frame_{i:05d}>" for i in range(NUM_FRAME_TOKENS)]
 VIDEO_TAGS = ["<img>", "</img>", "<vid>", "</vid>", "<frame>", "</frame>"]
@@ -76,9 +78,12 @@ def parse_state_ids(generated: Sequence[int]) -> GameStates | None:
     ids = list(generated)
     if len(ids) < STATE_TOKENS_GENERATED:
         return None
-    values = [strength_value(int(ids[i])) for i in (0, 3, 6, 9)]
-    if any(v is None for v in values):
-        return None
+    values: list[int] = []
+    for i in (0, 3, 6, 9):
+        value = strength_value(int(ids[i]))
+        if value is None:
+            return None
+        values.append(value)
     return GameStates(*values)
 
 
@@ -107,7 +112,9 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerFast, *, mistral_vocab: bool =
     """Raise TokenizerError unless every added token sits at its fixed id."""
     if len(tokenizer) != VOCAB_SIZE:
         raise TokenizerError(f"tokenizer has {len(tokenizer)} ids, expected {VOCAB_SIZE}")
-    ids = tokenizer.convert_tokens_to_ids(ADDED_TOKENS)
+    # transformers' id/token converters have no overloads: a list in gives a list out, one
+    # token or id in gives one out.
+    ids = cast(list[int], tokenizer.convert_tokens_to_ids(ADDED_TOKENS))
     wrong = [(t, i) for offset, (t, i) in enumerate(zip(ADDED_TOKENS, ids, strict=True))
              if i != BASE_VOCAB_SIZE + offset]
     if wrong:
@@ -123,7 +130,7 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerFast, *, mistral_vocab: bool =
     got = tokenizer.encode(text, add_special_tokens=False)
     if mistral_vocab and got != expected:
         raise TokenizerError(f"{text!r} encodes to {got}, expected {expected}")
-    if got[0] != TURN_ID or tokenizer.convert_ids_to_tokens(got[1]).startswith("▁"):
+    if got[0] != TURN_ID or cast(str, tokenizer.convert_ids_to_tokens(got[1])).startswith("▁"):
         raise TokenizerError(f"{text!r} encodes to {got}: text after a tag got a leading ▁")
 
 
@@ -167,12 +174,12 @@ class Prompt:
     def from_ids(cls, input_ids: torch.Tensor) -> Prompt:
         """Locate the frame blocks of a prompt: every `<frame>` opens one, the last is the query."""
         ids = input_ids.reshape(-1)
-        expected = torch.arange(FRAME0_ID, FRAME0_ID + NUM_QUERY_TOKENS, device=ids.device)
+        expected = torch.arange(FRAME0_ID, FRAME0_ID + REPRESENTATION_TOKENS, device=ids.device)
         blocks = []
         for start in (ids == FRAME_ID).nonzero().flatten().tolist():
-            block = slice(start + 1, start + 1 + NUM_QUERY_TOKENS)
+            block = slice(start + 1, start + 1 + REPRESENTATION_TOKENS)
             inner = ids[block]
-            if inner.shape[0] != NUM_QUERY_TOKENS or not torch.equal(inner, expected):
+            if inner.shape[0] != REPRESENTATION_TOKENS or not torch.equal(inner, expected):
                 raise ValueError(f"frame block at position {start} is not <frame_00000..00225>")
             blocks.append(block)
         if not blocks:
@@ -182,7 +189,7 @@ class Prompt:
 
 
 def _video_block_ids() -> list[int]:
-    frames = list(range(FRAME0_ID, FRAME0_ID + NUM_QUERY_TOKENS))
+    frames = list(range(FRAME0_ID, FRAME0_ID + REPRESENTATION_TOKENS))
     return [IMG_ID, FRAME_ID, *frames, FRAME_END_ID, IMG_END_ID]
 
 
@@ -213,10 +220,10 @@ def build_prompt(
 
     for turn in history:
         ids += turn_text(turn.instruction)
-        blocks.append(slice(len(ids) + 2, len(ids) + 2 + NUM_QUERY_TOKENS))
+        blocks.append(slice(len(ids) + 2, len(ids) + 2 + REPRESENTATION_TOKENS))
         ids += _video_block_ids() + _state_block_ids(turn.states)
     ids += turn_text(instruction)
-    query = slice(len(ids) + 2, len(ids) + 2 + NUM_QUERY_TOKENS)
+    query = slice(len(ids) + 2, len(ids) + 2 + REPRESENTATION_TOKENS)
     ids += [*_video_block_ids(), ML_ID]
     return Prompt(torch.tensor([ids], dtype=torch.long), blocks, query)
 

@@ -21,7 +21,9 @@ def _even(frames: np.ndarray) -> np.ndarray:
     return np.pad(frames, pad, mode="edge") if any(p[1] for p in pad) else frames
 
 
-def h264_writer(path: str | Path, width: int, height: int, fps: float) -> Generator:
+def h264_writer(
+    path: str | Path, width: int, height: int, fps: float
+) -> Generator[None, np.ndarray | bytes | None, None]:
     """A started imageio-ffmpeg writer of browser-playable H.264: `send` frames, then `close`."""
     writer = imageio_ffmpeg.write_frames(
         str(path),

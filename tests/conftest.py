@@ -11,6 +11,17 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+QIQI_FIELDS = {
+    "character": "Qiqi",
+    "adverb": "quickly",
+    "motion": "fly on broomstick",
+    "time": "day",
+    "place": "sky",
+}
+"""A valid instruction, field by field (tests import it: `from conftest import QIQI_FIELDS`)."""
+QIQI_VALUES = tuple(QIQI_FIELDS.values())
+"""The same instruction as the API takes it: the five fields in order."""
+
 
 def _reference_root() -> Path:
     override = os.environ.get("ANIMEGAMER_REFERENCE")

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import QIQI_VALUES
 from gradio.utils import get_upload_folder
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from animegamer.ui.startup import app_settings
 
-QIQI = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
+QIQI = QIQI_VALUES
 
 
 

@@ -6,16 +6,23 @@ import copy
 import dataclasses
 import re
 import shutil
+from collections.abc import Iterator
+from typing import get_args
 
 import pytest
 import yaml
 from PIL import Image
+from pydantic import BaseModel
 
 from animegamer import game
 from animegamer.characters import (
     DEFAULT_LATENT_SIZE,
+    MAX_CHARACTERS,
+    MAX_EXAMPLES,
     RegistryError,
+    RegistryFile,
     UnknownCharacterError,
+    _description,
     default_registry_path,
     load_registry,
     parse_registry,
@@ -148,10 +155,11 @@ def _set(data: dict, path: str, value) -> dict:
     node = data
     for key in parents:
         node = node[int(key)] if isinstance(node, list) else node[key]
+    key = int(last) if isinstance(node, list) else last
     if value is _DELETE:
-        del node[last]
+        del node[key]
     else:
-        node[last] = value
+        node[key] = value
     return data
 
 
@@ -165,7 +173,7 @@ _RELEASE = "characters/0/weights/release"
         ("format", 2, r"field 'format' must be 1"),
         ("characters", [], r"field 'characters' must be a non-empty list"),
         ("characters/0/name", _DELETE, r"characters\[0\]: field 'name' is required"),
-        ("characters/0/name", "Qi qi", r"characters\[0\] \(Qi qi\): field 'name' has an invalid"),
+        ("characters/0/name", "Qi qi", r"characters\[0\] \(Qi qi\): field 'name' must be 1 to 64"),
         ("characters/1/name", "qiqi", r"characters\[1\] \(qiqi\): field 'name' duplicate"),
         ("characters/0/colour", "red", r"\(Qiqi\): field 'colour' is not a known field"),
         ("characters/0/defaults/motion", _DELETE, r"\(Qiqi\): field 'defaults.motion' is required"),
@@ -179,7 +187,7 @@ _RELEASE = "characters/0/weights/release"
         (f"{_RELEASE}/revision", _DELETE, r"\(Qiqi\): field 'weights.release.revision' is req"),
         (f"{_RELEASE}/revison", "main", r"field 'weights.release.revison' is not a known field"),
         (f"{_RELEASE}/repo", "AnimeGamer", r"field 'weights.release.repo' must be a Hub repo id"),
-        (f"{_RELEASE}/mllm_folder", "../x", r"field 'weights.release.mllm_folder' has an invalid"),
+        (f"{_RELEASE}/mllm_folder", "../x", r"field 'weights.release.mllm_folder' must be a fo"),
         (f"{_RELEASE}/vae", "THUDM/CogVideoX-2b", r"field 'weights.release.vae' must be a mapping"),
         (
             f"{_RELEASE}/base_llm/revision",
@@ -196,6 +204,143 @@ def test_malformed_entries_name_the_entry_and_the_field(tmp_path, path, value, e
     with pytest.raises(RegistryError, match=expected) as info:
         parse_registry(data, tmp_path / "characters.yaml")
     assert str(tmp_path / "characters.yaml") in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("parent", "field", "expected"),
+    [
+        ("", "colour", "characters, format, shot_towers"),
+        ("characters/0", "colour", "avatar, defaults, display_name, examples, name, weights"),
+        ("characters/0/defaults", "defaults.colour", "adverb, character, motion, place, time"),
+        ("characters/0/examples/0", "examples[0].colour", "adverb, character, motion, place, time"),
+        ("characters/0/weights", "weights.colour", "converted, release"),
+        (
+            _RELEASE,
+            "weights.release.colour",
+            "base_llm, decoder_folder, latent_size, mllm_folder, repo, revision, vae",
+        ),
+        (f"{_RELEASE}/base_llm", "weights.release.base_llm.colour", "repo, revision, subfolder"),
+        (f"{_RELEASE}/vae", "weights.release.vae.colour", "repo, revision, subfolder"),
+        ("characters/1/weights/converted", "weights.converted.colour", "repo, revision, subfolder"),
+    ],
+)
+def test_unknown_fields_are_refused_at_every_level(tmp_path, parent, field, expected):
+    data = _set(copy.deepcopy(_valid()), f"{parent}/colour".lstrip("/"), "red")
+    with pytest.raises(RegistryError) as info:
+        parse_registry(data, tmp_path / "characters.yaml")
+    assert str(info.value).endswith(
+        f"field {field!r} is not a known field (expected one of: {expected})"
+    )
+
+
+def _instruction(n: int) -> dict:
+    return {"adverb": "gently", "motion": f"wave {n}", "time": "day", "place": "town"}
+
+
+_LONG_TEXT = "x" * 10_000
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("format", True, r"field 'format' must be 1, the only format so far, got True$"),
+        ("format", "1", r"field 'format' must be 1, the only format so far, got '1'$"),
+        ("characters", [{}] * (MAX_CHARACTERS + 1), r"'characters' must be a non-empty list"),
+        ("characters/0", "Qiqi", r"characters\[0\]: must be a mapping, got 'Qiqi'$"),
+        ("characters/0/name", None, r"characters\[0\]: field 'name' is required$"),
+        ("characters/0/name", "Q" * 65, r"field 'name' must be 1 to 64 letters"),
+        ("characters/0/name", 7, r"field 'name' must be 1 to 64 letters.*, got 7$"),
+        ("characters/0/display_name", "x" * 101, r"'display_name' must be a non-empty label of"),
+        ("characters/0/display_name", 3, r"'display_name' must be a non-empty label .* got 3$"),
+        ("characters/0/avatar", "/etc/hosts", r"'avatar' must be a relative path to a \.png"),
+        ("characters/0/avatar", "../qiqi.png", r"'avatar' must be a relative path .* inside"),
+        ("characters/0/avatar", "characters.yaml", r"'avatar' must be a relative path to a"),
+        ("characters/0/defaults/adverb", 5, r"'defaults.adverb' must be a non-empty string"),
+        ("characters/0/defaults/adverb", _LONG_TEXT, r"'defaults.adverb' must be a non-empty st"),
+        ("characters/0/examples", [_instruction(n) for n in range(MAX_EXAMPLES + 1)],
+         r"field 'examples' must be a list of at most 50 instructions"),
+        ("characters/0/examples/0", "fly", r"field 'examples\[0\]' must be a mapping"),
+        ("characters/0/weights", "someone/repo", r"field 'weights' must be a mapping"),
+        (f"{_RELEASE}/revision", 1234, r"'weights.release.revision' must be a commit hash.*1234$"),
+        (f"{_RELEASE}/revision", "../main", r"'weights.release.revision' must be a commit hash"),
+        (f"{_RELEASE}/revision", "a b", r"'weights.release.revision' must be a commit hash"),
+        (f"{_RELEASE}/revision", "a" * 256, r"'weights.release.revision' must be a commit hash"),
+        (f"{_RELEASE}/repo", "org/" + "n" * 97, r"'weights.release.repo' must be a Hub repo id"),
+        (f"{_RELEASE}/repo", "org/name/x", r"'weights.release.repo' must be a Hub repo id"),
+        (f"{_RELEASE}/decoder_folder", "a/b", r"'weights.release.decoder_folder' must be a fo"),
+        (f"{_RELEASE}/vae/subfolder", "", r"'weights.release.vae.subfolder' must be a folder"),
+        (f"{_RELEASE}/latent_size", [60, 0], r"'weights.release.latent_size' must be \[height"),
+        (f"{_RELEASE}/latent_size", [60, 257], r"latent_size' must be .* from 1 to 256, got"),
+        (f"{_RELEASE}/latent_size", [60, True], r"latent_size' must be .*, got \[60, True\]$"),
+        (f"{_RELEASE}/latent_size", [60, 90, 1], r"'weights.release.latent_size' must be \[h"),
+        (f"{_RELEASE}/latent_size", "60x90", r"'weights.release.latent_size' must be \[h"),
+        (f"{_RELEASE}/base_llm", None, r"field 'weights.release.base_llm' is required$"),
+    ],
+)
+def test_out_of_range_values_are_refused(tmp_path, path, value, expected):
+    (tmp_path.parent / "qiqi.png").write_bytes(b"")
+    data = _set(copy.deepcopy(_valid()), path, value)
+    with pytest.raises(RegistryError, match=expected) as info:
+        parse_registry(data, tmp_path / "characters.yaml")
+    assert len(str(info.value)) < 400 + len(str(tmp_path))  # a long value is shown cut short
+
+
+def test_a_local_folder_takes_no_revision(tmp_path):
+    (tmp_path / "release").mkdir()
+    data = _set(copy.deepcopy(_valid()), f"{_RELEASE}/repo", "./release")
+    with pytest.raises(RegistryError, match=r"'weights.release.revision' is not allowed for a lo"):
+        parse_registry(data, tmp_path / "characters.yaml")
+
+
+def test_duplicate_names_name_the_first_entry(tmp_path):
+    data = _set(copy.deepcopy(_valid()), "characters/1/name", "QIQI")
+    with pytest.raises(RegistryError) as info:
+        parse_registry(data, tmp_path / "characters.yaml")
+    assert str(info.value).endswith(
+        "characters[1] (QIQI): field 'name' duplicates the name of characters[0] (Qiqi) "
+        "(names ignore case)"
+    )
+
+
+def test_text_is_trimmed_and_optional_fields_may_be_null(tmp_path):
+    data = copy.deepcopy(_valid())
+    qiqi = data["characters"][0]
+    qiqi.update(name=" Qiqi ", display_name=" Qiqi \n the  witch ", avatar=None, examples=None)
+    qiqi["weights"]["release"].update(latent_size=None, revision=" main ")
+    qiqi["weights"]["release"]["vae"]["subfolder"] = None
+    character = parse_registry(data, tmp_path / "characters.yaml").get("qiqi")
+    assert (character.name, character.display_name) == ("Qiqi", "Qiqi the witch")
+    assert character.avatar is None and character.examples == ()
+    assert character.release.repo.revision == "main"
+    assert character.release.latent_size == DEFAULT_LATENT_SIZE
+    assert character.release.vae.subfolder is None
+
+
+def _types_in(annotation) -> Iterator:
+    yield annotation
+    for arg in get_args(annotation):
+        yield from _types_in(arg)
+
+
+def _leaf_fields(model: type[BaseModel]) -> Iterator:
+    """(model, field name, field info) of every field of the schema that holds no model."""
+    for name, info in model.model_fields.items():
+        nested = [
+            t for t in _types_in(info.annotation)
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+        if nested:
+            yield from _leaf_fields(nested[0])
+        else:
+            yield model, name, info
+
+
+def test_every_value_field_says_what_it_must_be():
+    """Messages read `must be <description>, got …`: a field without one would read wrong."""
+    leaves = list(_leaf_fields(RegistryFile))
+    assert len(leaves) > 15
+    for model, name, info in leaves:
+        assert _description(info), f"{model.__name__}.{name} has no description"
 
 
 def test_unreadable_or_invalid_yaml_names_the_file(tmp_path):
@@ -220,3 +365,22 @@ def test_adding_a_character_needs_only_the_yaml_file(tmp_path):
     registry = load_registry(path)
     assert registry.names == ("Qiqi", "Sosuke", "Pazu")
     assert registry.get("pazu").examples[0].character == "Pazu"
+
+
+def test_shot_towers_are_pinned_sources_and_optional(tmp_path):
+    shipped = load_registry().shot_towers
+    assert shipped is not None
+    assert shipped.image_encoder.repo == "laion/CLIP-ViT-B-16-laion2B-s34B-b88K"
+    assert (shipped.text_encoder.repo, shipped.text_encoder.subfolder) == (
+        "THUDM/CogVideoX-2b", "text_encoder"
+    )
+    assert COMMIT.match(shipped.text_encoder.revision)
+    assert parse_registry(_valid(), tmp_path / "characters.yaml").shot_towers is None
+    data = copy.deepcopy(_valid())
+    data["shot_towers"] = {
+        "image_encoder": {"repo": "laion/CLIP-ViT-B-16-laion2B-s34B-b88K"},
+        "text_encoder": {"repo": "THUDM/CogVideoX-2b", "revision": "b" * 40},
+        "tokenizer": {"repo": "THUDM/CogVideoX-2b", "revision": "b" * 40},
+    }
+    with pytest.raises(RegistryError, match=r"shot_towers\.image_encoder\.revision"):
+        parse_registry(data, tmp_path / "characters.yaml")

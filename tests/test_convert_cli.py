@@ -15,7 +15,6 @@ import yaml
 # The Hub-cache fixtures are shared with the resolver's tests.
 from test_hub import calls, gated_hub, hub_cache, tiny_release  # noqa: F401
 
-from animegamer import hub
 from animegamer.characters import default_registry_path
 from animegamer.convert.__main__ import main
 from animegamer.convert.character import LAYOUT_FILES, read_manifest
@@ -68,8 +67,9 @@ def test_character_converts_into_out_once(hub_cache, registry, calls, capsys, tm
 def test_character_without_out_fills_the_startup_cache(
     hub_cache, registry, capsys, tmp_path, monkeypatch  # noqa: F811
 ):
-    monkeypatch.setenv(hub.CACHE_ENV, str(tmp_path / "cache"))
-    code, stdout, _ = run(capsys, "character", "--name", "Qiqi", "--registry", registry)
+    monkeypatch.setenv("ANIMEGAMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANIMEGAMER_CHARACTERS", str(registry))  # instead of --registry
+    code, stdout, _ = run(capsys, "character", "--name", "Qiqi")
     assert code == 0
     (converted,) = (tmp_path / "cache" / "characters").glob("Qiqi-*[!k]")
     assert f"converted Qiqi: {converted}" in stdout

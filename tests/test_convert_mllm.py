@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 import animegamer.convert.mllm as convert_module
 from animegamer.convert.errors import ConversionError
-from animegamer.convert.mllm import add_arguments, convert_mllm, load_checkpoint, main
+from animegamer.convert.mllm import convert_mllm, load_checkpoint
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_game_state import BASE_KEY_STYLES, write_tiny_mllm_release
 from animegamer.tokens import ADDED_TOKENS, VOCAB_SIZE, load_tokenizer
@@ -74,8 +74,8 @@ def test_merged_weights(tmp_path, style) -> None:
 
 
 def test_output_layout_loads(converted, tiny_release) -> None:
-    assert sorted(p.name for p in converted.iterdir()) == ["llm", "resamplers.safetensors",
-                                                          "tokenizer"]
+    assert sorted(p.name for p in converted.iterdir()) == [
+        "game_state_config.json", "llm", "resamplers.safetensors", "tokenizer"]
     llm = AutoModelForCausalLM.from_pretrained(converted / "llm")
     assert type(llm).__name__ == "MistralForCausalLM"
     assert llm.config.vocab_size == VOCAB_SIZE and not llm.config.tie_word_embeddings
@@ -89,8 +89,25 @@ def test_output_layout_loads(converted, tiny_release) -> None:
     tokenizer = load_tokenizer(converted / "tokenizer")
     assert tokenizer.convert_tokens_to_ids(ADDED_TOKENS) == list(range(32000, VOCAB_SIZE))
     assert (converted / "tokenizer" / "tokenizer.json").is_file()
+    config = json.loads((converted / "game_state_config.json").read_text())
+    assert config["model_type"] == "animegamer_game_state" and "text_config" not in config
+    assert (config["representation_dim"], config["representation_source"]) == (64, "last_226")
     model = GameStateModel.from_pretrained(converted)
     assert model.representation_dim == 64
+    assert model.config.representation_source == "last_226"
+    assert model.config.text_config.to_dict() == llm.config.to_dict()
+
+
+def test_folder_converted_before_the_config_file_loads(converted, tmp_path) -> None:
+    """A character converted before `game_state_config.json` existed: the config is derived."""
+    old = tmp_path / "old"
+    shutil.copytree(converted, old)
+    (old / "game_state_config.json").unlink()
+    derived = GameStateModel.from_pretrained(old).config.to_dict()
+    written = GameStateModel.from_pretrained(converted).config.to_dict()
+    assert derived.pop("text_config")["_name_or_path"] == str(old / "llm")
+    assert written.pop("text_config")["_name_or_path"] == str(converted / "llm")
+    assert derived == written
 
 
 def test_reconversion_replaces_output(converted, tiny_release) -> None:
@@ -132,15 +149,6 @@ def test_legacy_torch_save_format(tiny_release, tmp_path) -> None:
     torch.save(state, legacy, _use_new_zipfile_serialization=False)
     convert_mllm(legacy, tiny_release[1], tmp_path / "out")
     assert (tmp_path / "out" / "llm" / "model.safetensors").is_file()
-
-
-def test_cli_hooks(tiny_release, tmp_path) -> None:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--release", str(tiny_release[0]), "--base-llm",
-                              str(tiny_release[1]), "--out", str(tmp_path)])
-    main(args)
-    assert (tmp_path / "llm" / "model.safetensors").is_file()
 
 
 # ---- refusals ----

@@ -1,6 +1,9 @@
-"""AnimeGamerTransformer3DModel: structure, config, save/load, full-size shape on `meta`."""
+"""AnimeGamerTransformer3DModel: structure, config, save/load, full-size shape on `meta`; the
+pipeline's save/load round trip."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -9,10 +12,16 @@ from diffusers import CogVideoXTransformer3DModel
 
 from animegamer.models.decoder import (
     DEFAULT_MOTION_SCOPES,
+    AnimeGamerPipeline,
     AnimeGamerTransformer3DModel,
     motion_scope,
+    write_model_index,
 )
-from animegamer.models.tiny_decoder import tiny_transformer_config
+from animegamer.models.tiny_decoder import (
+    save_tiny_decoder,
+    tiny_pipeline,
+    tiny_transformer_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +109,50 @@ def test_full_size_on_meta_has_the_2b_parameter_count():
     assert (model.config.num_layers, model.config.num_attention_heads) == (30, 30)
     assert (model.config.sample_height, model.config.sample_width) == (60, 90)
     assert model.config.sample_frames == 17
+
+
+def test_pipeline_save_pretrained_round_trip(tmp_path):
+    pipeline = tiny_pipeline(seed=3)
+    pipeline.save_pretrained(tmp_path / "saved")
+    index = json.loads((tmp_path / "saved" / "model_index.json").read_text())
+    assert index["_class_name"] == "AnimeGamerPipeline"
+    assert index["transformer"] == ["animegamer.models.decoder", "AnimeGamerTransformer3DModel"]
+    assert index["shot_encoder"] == [None, None]
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == [
+        "model_index.json", "scheduler", "transformer", "vae"
+    ]
+    # the converter writes the same index without a pipeline at hand
+    written = write_model_index(tmp_path / "written")
+    assert json.loads(written.read_text()) == index
+
+    loaded = AnimeGamerPipeline.from_pretrained(tmp_path / "saved")
+    assert loaded.shot_encoder is None
+    # low-VRAM offload walks the components a folder has, in this order
+    assert loaded.model_cpu_offload_seq.split("->")[-2:] == ["transformer", "vae"]
+    for name in ("transformer", "vae", "scheduler"):
+        configs = [_public(getattr(p, name).config) for p in (loaded, pipeline)]
+        assert json.dumps(configs[0], sort_keys=True) == json.dumps(configs[1], sort_keys=True)
+    for name in ("transformer", "vae"):
+        expected = getattr(pipeline, name).state_dict()
+        for key, value in getattr(loaded, name).state_dict().items():
+            torch.testing.assert_close(value, expected[key], rtol=0, atol=0, msg=key)
+    transformer = AnimeGamerTransformer3DModel.from_pretrained(tmp_path / "saved" / "transformer")
+    torch.testing.assert_close(
+        transformer.uncond_representation, pipeline.transformer.uncond_representation
+    )
+    representation = torch.randn(1, 226, 64, generator=torch.Generator().manual_seed(2))
+    frames = [
+        p(representation, 3, num_inference_steps=2, generator=torch.Generator().manual_seed(4))
+        .frames
+        for p in (pipeline, loaded)
+    ]
+    np.testing.assert_array_equal(*frames)
+
+
+def test_pipeline_loads_in_half_precision(tmp_path):
+    save_tiny_decoder(tmp_path)
+    pipeline = AnimeGamerPipeline.from_pretrained(tmp_path, dtype=torch.float16)
+    assert pipeline.transformer.dtype == pipeline.vae.dtype == torch.float16
+    assert pipeline.dtype == torch.float16
+    assert pipeline.motion_scope(3) == 5.0 and pipeline.representation_dim == 64
+    assert pipeline.latent_shape(2) == (2, 5, 16, 8, 12)

@@ -24,7 +24,6 @@ def test_cpu_runs_everything_in_fp32(monkeypatch):
      (80, "on", True), (24, "off", False)],
 )
 def test_gpu_offloads_below_the_resident_budget(monkeypatch, memory_gib, low_vram, offload):
-    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(
         torch.cuda, "get_device_properties",
@@ -41,14 +40,13 @@ def test_gpu_offloads_below_the_resident_budget(monkeypatch, memory_gib, low_vra
 
 
 def test_zero_gpu_does_not_query_a_gpu_at_start_up(monkeypatch):
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
     def no_gpu_attached(index):
         raise RuntimeError("no CUDA GPUs are available")
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", no_gpu_attached)
-    placement = choose_placement("auto")
+    placement = choose_placement("auto", zero_gpu=True)
     assert placement.device == "cuda" and not placement.offload
     assert placement.zero_gpu
     assert (placement.load_device, placement.storage_device) == ("cpu", "cuda")

@@ -25,7 +25,7 @@ class Startup:
         self.loaded: list[str] = []
         self.broken = broken
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(engine_module, "choose_placement", lambda low_vram: placement)
+        monkeypatch.setattr(engine_module, "choose_placement", lambda low_vram, zero_gpu: placement)
         monkeypatch.setattr(engine_module, "load_character_models", self.load)
 
     def resolve(self, name: str) -> Path:

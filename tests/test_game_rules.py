@@ -6,31 +6,32 @@ import pickle
 
 import pytest
 import torch
+from conftest import QIQI_FIELDS
 
 from animegamer.game import (
+    MAX_SEED,
     GameStates,
     Gauges,
     InstructionError,
+    OtherCharacterError,
+    SeedError,
     Session,
     Timings,
     apply_states,
+    check_character,
+    check_seed,
     effective_motion_level,
     make_instruction,
     new_session,
     parse_instruction_text,
+    parse_seed,
     record_turn,
     restart,
     undo,
 )
 
 DEMO_TABLE = (0.5, 1.0, 5.0, 20.0, 40.0)
-QIQI = {
-    "character": "Qiqi",
-    "adverb": "quickly",
-    "motion": "fly on broomstick",
-    "time": "day",
-    "place": "sky",
-}
+QIQI = QIQI_FIELDS
 
 
 @pytest.mark.parametrize(
@@ -202,3 +203,35 @@ def test_window_bounds():
 def test_sessions_pickle_round_trip():
     played = _play(new_session("Qiqi", window=2), GameStates(2, 1, 1, 1), 1.0)
     assert pickle.loads(pickle.dumps(played)) == played
+
+
+@pytest.mark.parametrize(
+    ("text", "seed"),
+    [("", None), (" Random ", None), (None, None), ("0", 0), ("42", 42), (str(MAX_SEED), MAX_SEED),
+     (7, 7)],
+)
+def test_seeds_typed_by_a_player(text, seed):
+    assert parse_seed(text) == seed
+
+
+@pytest.mark.parametrize("text", ["-1", str(MAX_SEED + 1), "1.5", "abc", "9" * 40, "1e3"])
+def test_bad_seeds_are_refused(text):
+    with pytest.raises(SeedError, match="whole number from 0 to"):
+        parse_seed(text)
+
+
+def test_seed_bounds_are_the_same_for_every_caller():
+    assert check_seed(MAX_SEED) == MAX_SEED
+    for bad in (-1, MAX_SEED + 1, True, 1.0):
+        with pytest.raises(SeedError):
+            check_seed(bad)
+
+
+def test_an_instruction_may_name_only_the_games_character():
+    playable = {"Qiqi": ("Qiqi", "Kiki"), "Sosuke": ("Sosuke",)}
+    session = new_session("Qiqi")
+    check_character(session, make_instruction({**QIQI, "character": "kiki"}), playable)
+    check_character(session, make_instruction({**QIQI, "character": "Tombo"}), playable)
+    with pytest.raises(OtherCharacterError) as error:
+        check_character(session, make_instruction({**QIQI, "character": "SOSUKE"}), playable)
+    assert (error.value.named, error.value.playing) == ("Sosuke", "Qiqi")

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
+from accelerate.hooks import CpuOffload
 from safetensors.torch import load_file
-from transformers import LogitsProcessorList
+from transformers import LogitsProcessorList, MistralForCausalLM, PreTrainedModel
 
 from animegamer import game, tokens
 from animegamer.convert.mllm import convert_mllm
-from animegamer.models.game_state import FrameTokenRule, GameStateModel, GameStates
-from animegamer.models.tiny_game_state import save_tiny_game_state
+from animegamer.game import Instruction
+from animegamer.models import game_state as game_state_module
+from animegamer.models.game_state import (
+    FrameTokenRule,
+    GameStateConfig,
+    GameStateModel,
+    GameStates,
+)
+from animegamer.models.game_state_defaults import GAME_STATE_CONFIG_NAME
+from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.tiny_game_state import (
+    save_tiny_game_state,
+    tiny_game_state_model,
+    tiny_mistral_config,
+)
 from animegamer.tokens import (
     FRAME0_ID,
     FRAME_END_ID,
     FRAME_ID,
-    NUM_QUERY_TOKENS,
+    IMG_END_ID,
+    ML_ID,
     STATE_TOKENS_GENERATED,
     HistoryTurn,
     Prompt,
@@ -112,27 +128,34 @@ def tiny_prompt(tiny_model):
 
 
 def _representation(seed: int, width: int = 64) -> torch.Tensor:
-    return torch.randn(NUM_QUERY_TOKENS, width, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(REPRESENTATION_TOKENS, width, generator=torch.Generator().manual_seed(seed))
 
 
 def test_tiny_model_properties(tiny_model) -> None:
-    assert tiny_model.representation_dim == 64
+    assert isinstance(tiny_model, PreTrainedModel)
+    assert isinstance(tiny_model.language_model, MistralForCausalLM)
+    assert tiny_model.llm is tiny_model.language_model
+    assert tiny_model.representation_dim == 64 == tiny_model.config.representation_dim
+    assert tiny_model.config.representation_source == "last_226"
+    assert tiny_model.config.text_config is tiny_model.language_model.config
     assert tiny_model.dtype == torch.float32 and tiny_model.device.type == "cpu"
     assert tiny_model.llm.config._attn_implementation == "sdpa"
     assert tiny_model.llm.config.vocab_size == 32284
+    assert {name for name, _ in tiny_model.named_children()} == {
+        "language_model", "input_resampler", "output_resampler"}
 
 
 def test_represent_matches_its_definition(tiny_model, tiny_prompt) -> None:
     history = [_representation(0)]
     out = tiny_model.represent(tiny_prompt.input_ids, history)
-    assert out.shape == (1, NUM_QUERY_TOKENS, 64) and out.dtype == torch.float32
+    assert out.shape == (1, REPRESENTATION_TOKENS, 64) and out.dtype == torch.float32
     with torch.no_grad():
         embeds = tiny_model.llm.get_input_embeddings()(tiny_prompt.input_ids).clone()
         embeds[0, tiny_prompt.history_blocks[0]] = tiny_model.input_resampler(history[0])
         hidden = tiny_model.llm.model(
             inputs_embeds=embeds, attention_mask=attention_mask_4d(tiny_prompt)
         ).last_hidden_state
-        expected = tiny_model.output_resampler(hidden[:, -NUM_QUERY_TOKENS:])
+        expected = tiny_model.output_resampler(hidden[:, -REPRESENTATION_TOKENS:])
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
 
 
@@ -143,7 +166,7 @@ def test_represent_depends_on_history_and_mask(tiny_model, tiny_prompt) -> None:
     with torch.no_grad():
         _, embeds = tiny_model.embed_prompt(tiny_prompt.input_ids, [_representation(0)])
         causal = tiny_model.llm.model(inputs_embeds=embeds).last_hidden_state
-    assert not torch.allclose(tiny_model.output_resampler(causal[:, -NUM_QUERY_TOKENS:]), a)
+    assert not torch.allclose(tiny_model.output_resampler(causal[:, -REPRESENTATION_TOKENS:]), a)
 
 
 def test_to_moves_every_part(tmp_path) -> None:
@@ -166,7 +189,7 @@ def test_any_representation_width(tmp_path, width) -> None:
     assert model.representation_dim == width
     prompt = build_prompt(model.tokenizer, [HistoryTurn("a", GameStates())], "b")
     out = model.represent(prompt.input_ids, [_representation(2, width)])
-    assert out.shape == (1, NUM_QUERY_TOKENS, width)
+    assert out.shape == (1, REPRESENTATION_TOKENS, width)
 
 
 def test_generation_injects_history(tiny_model, tiny_prompt) -> None:
@@ -221,10 +244,202 @@ def test_bfloat16_path(tmp_path, tiny_model, tiny_prompt) -> None:
     assert model.dtype == torch.bfloat16
     history = [_representation(0)]
     out = model.represent(tiny_prompt.input_ids, history)
-    assert out.dtype == torch.bfloat16 and out.shape == (1, NUM_QUERY_TOKENS, 64)
+    assert out.dtype == torch.bfloat16 and out.shape == (1, REPRESENTATION_TOKENS, 64)
     reference = tiny_model.represent(tiny_prompt.input_ids, history)
     assert (out.float() - reference).abs().max() < 0.05
     assert isinstance(model.predict_states(tiny_prompt.input_ids, history), GameStates)
+
+
+# ---- the PreTrainedModel: config, save/load, predict, training plumbing, offload ----
+
+
+def _turn(text: str, states: GameStates) -> SimpleNamespace:
+    """A played turn as `predict` reads it (`game.Turn` has these two attributes)."""
+    return SimpleNamespace(instruction=text, states=states)
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(Exception, match="representation_source"):
+        GameStateConfig(representation_source="last_226 ")
+    with pytest.raises(Exception, match="frame_token_id"):
+        GameStateConfig(frame_token_id=5)
+    default = GameStateConfig()
+    assert default.text_config.vocab_size == tokens.VOCAB_SIZE
+    assert (default.representation_dim, default.representation_length) == (1920, 226)
+
+
+def test_save_pretrained_round_trip(tmp_path, tiny_prompt) -> None:
+    model = tiny_game_state_model(48, seed=5, representation_source="queries")
+    model.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        GAME_STATE_CONFIG_NAME, "llm", "resamplers.safetensors", "tokenizer"]
+    loaded = GameStateModel.from_pretrained(tmp_path)
+    assert loaded.config.representation_source == "queries"
+    assert loaded.representation_dim == 48
+    own = model.state_dict()
+    assert own.keys() == loaded.state_dict().keys()
+    assert all(torch.equal(value, loaded.state_dict()[key]) for key, value in own.items())
+    assert loaded.tokenizer.get_vocab() == model.tokenizer.get_vocab()
+    history = [_representation(3, 48)]
+    assert torch.equal(loaded.represent(tiny_prompt.input_ids, history),
+                       model.represent(tiny_prompt.input_ids, history))
+    assert torch.equal(loaded.generate_state_ids(tiny_prompt.input_ids, history, 12),
+                       model.generate_state_ids(tiny_prompt.input_ids, history, 12))
+    loaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / GAME_STATE_CONFIG_NAME).read_text()) == json.loads(
+        (tmp_path / GAME_STATE_CONFIG_NAME).read_text())
+
+
+def test_a_fresh_model_from_its_config(tiny_prompt) -> None:
+    config = GameStateConfig(text_config=tiny_mistral_config().to_dict(), representation_dim=32)
+    model = GameStateModel(config).eval()
+    assert isinstance(model.language_model, MistralForCausalLM)
+    assert model.output_resampler.proj[2].out_features == 32
+    assert model.input_resampler.proj[0].in_features == 32
+    assert model.language_model.lm_head.weight.data_ptr() != (
+        model.get_input_embeddings().weight.data_ptr())
+    out = model.represent(tiny_prompt.input_ids, [_representation(0, 32)])
+    assert out.shape == (1, REPRESENTATION_TOKENS, 32)
+    with torch.no_grad():
+        full = model(tiny_prompt.input_ids, [_representation(0, 32)])
+        last = model(tiny_prompt.input_ids, [_representation(0, 32)], logits_to_keep=1)
+    assert full.logits.shape == (1, tiny_prompt.length, tokens.VOCAB_SIZE) and full.loss is None
+    torch.testing.assert_close(last.logits, full.logits[:, -1:], rtol=0, atol=1e-6)
+    torch.testing.assert_close(last.representation, out, rtol=0, atol=0)
+
+
+def test_queries_source_reads_the_target_turns_frame_queries(tiny_prompt) -> None:
+    """`queries`: the 226 `<frame_*>` positions of the current turn, which end 3 positions
+    before the prompt does (`</frame></img><ML>` follow them); `last_226` ends at `<ML>`."""
+    queries = tiny_game_state_model(representation_source="queries")
+    release = tiny_game_state_model()
+    ids = tiny_prompt.input_ids[0]
+    length = ids.shape[0]
+    block = queries.representation_positions(tiny_prompt)
+    assert (block.start, block.stop) == (length - 3 - REPRESENTATION_TOKENS, length - 3)
+    assert ids[block].tolist() == list(range(FRAME0_ID, FRAME0_ID + REPRESENTATION_TOKENS))
+    assert ids[block.stop:].tolist() == [FRAME_END_ID, IMG_END_ID, ML_ID]
+    assert ids[block.start - 1] == FRAME_ID and block.start > tiny_prompt.history_blocks[0].stop
+    last = release.representation_positions(tiny_prompt)
+    assert (last.start, last.stop) == (length - REPRESENTATION_TOKENS, length)
+
+    history = [_representation(4)]
+    with torch.no_grad():
+        _, embeds = queries.embed_prompt(tiny_prompt.input_ids, history)
+        hidden = queries.language_model.model(
+            inputs_embeds=embeds, attention_mask=attention_mask_4d(tiny_prompt)
+        ).last_hidden_state
+        at_queries = queries.output_resampler(hidden[:, length - 229:length - 3])
+        at_end = queries.output_resampler(hidden[:, length - 226:])
+    out = queries.represent(tiny_prompt.input_ids, history)
+    torch.testing.assert_close(out, at_queries, rtol=0, atol=1e-6)
+    assert not torch.allclose(out, at_end)
+    torch.testing.assert_close(release.represent(tiny_prompt.input_ids, history), at_end,
+                               rtol=0, atol=1e-6)
+
+
+def test_predict_is_represent_and_predict_states_on_one_prompt(tiny_model, monkeypatch) -> None:
+    past = _turn("Character: A; Motion: slowly walk; Background: day park.",
+                 GameStates(3, 1, -1, 2))
+    instruction = Instruction("A", "quickly", "run", "night", "sky")
+    representation = _representation(6)
+    built, seen = [], {}
+
+    def spy(name):
+        original = getattr(tiny_model, name)
+
+        def recorded(input_ids, history_representations):
+            seen[name] = (input_ids, list(history_representations))
+            return original(input_ids, history_representations)
+
+        return recorded
+
+    def counted_build_prompt(*args):
+        built.append(tokens.build_prompt(*args))
+        return built[-1]
+
+    monkeypatch.setattr(game_state_module, "build_prompt", counted_build_prompt)
+    for name in ("represent", "predict_states"):
+        monkeypatch.setattr(tiny_model, name, spy(name))
+    got, states = tiny_model.predict([(past, representation)], instruction)
+
+    expected = tokens.build_prompt(tiny_model.tokenizer, [HistoryTurn(past.instruction,
+                                                                      past.states)],
+                                   instruction.text)
+    assert len(built) == 1 and torch.equal(built[0].input_ids, expected.input_ids)
+    for input_ids, history in seen.values():
+        assert input_ids is built[0].input_ids and history == [representation]
+    assert torch.equal(got, tiny_model.represent(expected.input_ids, [representation]))
+    assert states == tiny_model.predict_states(expected.input_ids, [representation])
+
+
+def test_predict_without_history_is_the_release_window(tiny_model) -> None:
+    text = "Character: A; Motion: quickly run; Background: night sky."
+    representation, states = tiny_model.predict([], text)
+    prompt = build_prompt(tiny_model.tokenizer, [], text)
+    assert torch.equal(representation, tiny_model.represent(prompt.input_ids))
+    assert states == tiny_model.predict_states(prompt.input_ids)
+
+
+def test_gradient_checkpointing_backward_through_the_language_model(tiny_prompt) -> None:
+    model = tiny_game_state_model(representation_source="queries").train()
+    assert model.supports_gradient_checkpointing
+    model.activation_checkpointing_enable()
+    assert model.is_activation_checkpointing
+    assert all(layer.gradient_checkpointing for layer in model.language_model.model.layers)
+    calls = []
+    # A pre-hook: the recomputation stops early, once the last tensor it needs is saved again.
+    model.language_model.model.layers[0].mlp.register_forward_pre_hook(
+        lambda *args: calls.append(1))
+
+    labels = tiny_prompt.input_ids.clone()
+    labels[:, :-4] = -100
+    out = model(tiny_prompt.input_ids, [_representation(1)], labels=labels)
+    target = torch.zeros_like(out.representation)
+    loss = out.loss + torch.nn.functional.mse_loss(out.representation, target)
+    assert out.logits.shape == (1, tiny_prompt.length, tokens.VOCAB_SIZE)
+    assert len(calls) == 1
+    loss.backward()
+    assert len(calls) == 2, "the checkpointed layer is recomputed in the backward pass"
+    for name in ("language_model.model.layers.0.self_attn.q_proj.weight",
+                 "language_model.model.embed_tokens.weight", "language_model.lm_head.weight",
+                 "input_resampler.proj.0.weight", "output_resampler.proj.2.weight"):
+        grad = model.get_parameter(name).grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
+
+
+def test_low_vram_offload_is_accelerates_hook_around_predict(monkeypatch) -> None:
+    model = tiny_game_state_model()
+    model.enable_model_cpu_offload("cpu")
+    assert isinstance(model._hf_hook, CpuOffload)
+    assert str(model._hf_hook.execution_device) == "cpu"
+    same = [torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(
+        model.predict([], "x"), tiny_game_state_model().predict([], "x"), strict=True)]
+    assert same == [True, True]
+    events: list[str] = []
+    pre_forward = model._hf_hook.pre_forward
+
+    def moved(module, *args, **kwargs):
+        events.append("to the device")
+        return pre_forward(module, *args, **kwargs)
+
+    generate = model.language_model.generate
+
+    def generated(*args, **kwargs):
+        events.append("generate")
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model._hf_hook, "pre_forward", moved)
+    monkeypatch.setattr(model.language_model, "generate", generated)
+    monkeypatch.setattr(model._offload_hook, "offload", lambda: events.append("to the CPU"))
+    model.predict([], "x")
+    assert events == ["to the device", "generate", "to the CPU"]
+
+    events.clear()
+    monkeypatch.setattr(model, "predict_states", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        model.predict([], "x")
+    assert events == ["to the device", "to the CPU"], "offloaded even when a turn fails"
 
 
 # ---- reference: the release's MLLM on seeded tiny weights ----

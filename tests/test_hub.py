@@ -20,6 +20,7 @@ from huggingface_hub import constants
 import animegamer.convert.decoder as decoder_converter
 import animegamer.convert.mllm as mllm_converter
 from animegamer import hub
+from animegamer import settings as settings_module
 from animegamer.characters import RepoRef, load_registry
 from animegamer.convert import character as character_module
 from animegamer.convert.character import (
@@ -35,6 +36,7 @@ from animegamer.models.tiny_decoder import (
     write_tiny_decoder_release,
 )
 from animegamer.models.tiny_game_state import write_tiny_mllm_release
+from animegamer.settings import Settings, default_cache_dir
 
 RELEASE_REPO = "TencentARC/AnimeGamer"
 RELEASE_COMMIT = "1" * 40
@@ -108,7 +110,6 @@ def hub_cache(tmp_path, monkeypatch, tiny_release) -> Path:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    monkeypatch.delenv(hub.CACHE_ENV, raising=False)
     return cache
 
 
@@ -411,8 +412,8 @@ def test_disk_and_ram_are_checked_before_anything_is_written(
         hub.resolve_character(qiqi, tmp_path / "animegamer")
     assert calls == {"mllm": 0, "decoder": 0}
     assert_no_cache_entry(tmp_path / "animegamer")
-    monkeypatch.setenv(character_module.SKIP_CHECK_ENV, "1")
-    assert hub.resolve_character(qiqi, tmp_path / "animegamer").is_dir()
+    unchecked = hub.resolve_character(qiqi, tmp_path / "animegamer", check_resources=False)
+    assert unchecked.is_dir()
 
 
 def test_estimates_count_the_inputs(hub_cache, qiqi):
@@ -436,14 +437,18 @@ def test_each_stage_is_logged_with_its_duration(hub_cache, qiqi, tmp_path, caplo
     assert "cache Qiqi: converted" in text
 
 
-def test_default_cache_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv(hub.CACHE_ENV, str(tmp_path / "custom"))
-    assert hub.default_cache_dir() == tmp_path / "custom"
-    monkeypatch.delenv(hub.CACHE_ENV)
-    monkeypatch.setattr(hub, "SPACE_DATA_DIR", tmp_path)
-    assert hub.default_cache_dir() == tmp_path / "animegamer"
-    monkeypatch.setattr(hub, "SPACE_DATA_DIR", tmp_path / "absent")
-    assert hub.default_cache_dir() == Path.home() / ".cache" / "animegamer"
+def test_settings_read_the_cache_resource_and_zero_gpu_variables(monkeypatch, tmp_path):
+    env = {"ANIMEGAMER_CACHE": str(tmp_path / "custom"),
+           "ANIMEGAMER_SKIP_RESOURCE_CHECK": "1", "SPACES_ZERO_GPU": "true"}
+    settings = Settings.from_env(env)
+    assert settings.cache_dir == tmp_path / "custom"
+    assert not settings.resource_checks and settings.zero_gpu
+    monkeypatch.setattr(settings_module, "SPACE_DATA_DIR", tmp_path)
+    plain = Settings.from_env({})
+    assert plain.cache_dir == tmp_path / "animegamer"
+    assert plain.resource_checks and not plain.zero_gpu
+    monkeypatch.setattr(settings_module, "SPACE_DATA_DIR", tmp_path / "absent")
+    assert default_cache_dir({}) == Path.home() / ".cache" / "animegamer"
 
 
 def test_a_gated_refusal_with_a_partial_cache_is_explained_as_access(

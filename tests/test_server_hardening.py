@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from conftest import QIQI_VALUES
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from gradio_client.utils import Status
@@ -26,7 +27,7 @@ from animegamer.characters import load_registry
 from animegamer.settings import Settings, SettingsError
 from animegamer.ui.layout import build_app
 
-QIQI = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
+QIQI = QIQI_VALUES
 SLOW_INSTRUCTION = "Character: Qiqi; Motion: quickly fly; Background: day" + " " * 1500 + ";"
 
 

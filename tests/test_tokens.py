@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from animegamer.game import normalise_field
+from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.tiny_game_state import build_tiny_base_tokenizer, build_tiny_tokenizer
 from animegamer.tokens import (
     ADDED_TOKENS,
@@ -23,7 +24,6 @@ from animegamer.tokens import (
     IMG_END_ID,
     IMG_ID,
     ML_ID,
-    NUM_QUERY_TOKENS,
     SPECIAL_IDS,
     ST_END_ID,
     TURN_END_ID,
@@ -95,7 +95,7 @@ def test_tiny_tokenizer_is_fast_and_complete(tiny_tokenizer) -> None:
 
 
 def test_block_strings_encode_to_builder_ids(tiny_tokenizer) -> None:
-    frames = "".join(f"<frame_{i:05d}>" for i in range(NUM_QUERY_TOKENS))
+    frames = "".join(f"<frame_{i:05d}>" for i in range(REPRESENTATION_TOKENS))
     video = tiny_tokenizer.encode(f"<img><frame>{frames}</frame></img>", add_special_tokens=False)
     states = tiny_tokenizer.encode(
         "<ML><Strength_3></ML><SC><Strength_-1></SC><ET><Strength_0></ET><ST><Strength_5></ST>"
@@ -159,7 +159,7 @@ def test_prompt_structure_window_1(tiny_tokenizer) -> None:
     assert prompt.input_ids.shape == (1, len(ids)) and prompt.input_ids.dtype == torch.long
     assert ids[:2] == [BOS_ID, TURN_ID] and prompt.history_blocks == []
     q = prompt.query_block
-    assert ids[q] == list(range(FRAME0_ID, FRAME0_ID + NUM_QUERY_TOKENS))
+    assert ids[q] == list(range(FRAME0_ID, FRAME0_ID + REPRESENTATION_TOKENS))
     assert ids[q.start - 2:q.start] == [IMG_ID, FRAME_ID]
     assert ids[q.stop:] == [FRAME_END_ID, IMG_END_ID, ML_ID]
 
@@ -171,7 +171,7 @@ def test_prompt_structure_with_history(tiny_tokenizer) -> None:
     ids = prompt.input_ids[0].tolist()
     assert len(prompt.history_blocks) == 2 and ids.count(TURN_ID) == 3
     for block, turn in zip(prompt.history_blocks, history, strict=True):
-        assert ids[block] == list(range(FRAME0_ID, FRAME0_ID + NUM_QUERY_TOKENS))
+        assert ids[block] == list(range(FRAME0_ID, FRAME0_ID + REPRESENTATION_TOKENS))
         states = ids[block.stop + 2:block.stop + 16]
         s = turn.states
         assert states == [32274, strength_id(s.ml), 32275, 32276, strength_id(s.sc), 32277,

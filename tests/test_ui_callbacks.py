@@ -20,6 +20,7 @@ import imageio_ffmpeg
 import numpy as np
 import pytest
 import torch
+from conftest import QIQI_FIELDS
 
 from animegamer.characters import load_registry
 from animegamer.clips import PLAYERS_FOLDER, ClipStore
@@ -46,13 +47,7 @@ from animegamer.ui.views import (
     history_frame,
 )
 
-QIQI = {
-    "character": "Qiqi",
-    "adverb": "quickly",
-    "motion": "fly on broomstick",
-    "time": "day",
-    "place": "sky",
-}
+QIQI = QIQI_FIELDS
 
 
 @pytest.fixture(scope="session")
@@ -400,7 +395,7 @@ class FailingEngine:
 
     def __init__(self, error: BaseException, output_dir: Path) -> None:
         self.error = error
-        self.output_dir = output_dir
+        self.clips = ClipStore(output_dir)
 
     def play(self, session, instruction, seed=None, progress=None, num_inference_steps=None):
         if progress is not None:
@@ -432,7 +427,7 @@ def test_engine_failures_become_messages_and_keep_the_game(
 
 
 def test_failure_outside_the_gpu_function_is_reported(registry, tmp_path):
-    def broken_runner(session, instruction, seed, steps, progress=None):
+    def broken_runner(session, instruction, seed, progress=None):
         raise ConnectionError("worker vanished")
 
     ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry, run_turn=broken_runner)
@@ -496,9 +491,9 @@ class SlowTurns:
     def __init__(self, engine, seconds: float) -> None:
         self.engine, self.seconds = engine, seconds
 
-    def __call__(self, session, instruction, seed, steps, progress=None):
+    def __call__(self, session, instruction, seed, progress=None):
         time.sleep(self.seconds)
-        return self.engine.play(session, instruction, seed=seed, num_inference_steps=steps)
+        return self.engine.play(session, instruction, seed=seed)
 
 
 @pytest.mark.parametrize("action", ["undo", "restart"])
@@ -539,13 +534,13 @@ def test_a_busy_game_refuses_after_waiting(ui):
 
 def test_discarded_files_stay_for_the_grace_period(tmp_path):
     now = [100.0]
-    store = ClipStore(tmp_path, grace_s=30, clock=lambda: now[0])
+    store = ClipStore(tmp_path, clock=lambda: now[0])
     folder = tmp_path / "game"
     folder.mkdir()
     (folder / "turn_0001.mp4").write_bytes(b"x")
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
     outside.mkdir()
-    store.discard([folder, outside, tmp_path])
+    store.discard([folder, outside, tmp_path], grace_s=30)
     assert folder.exists()
     now[0] += 29
     assert store.empty_trash() == 0 and folder.exists()
@@ -579,7 +574,7 @@ def test_a_full_disk_is_reported_as_such(engine, registry, tmp_path, monkeypatch
 def make_turn_runner_failing(failure):
     from animegamer.ui.callbacks import turn_errors
 
-    def run_turn(session, instruction, seed, steps, progress=None):
+    def run_turn(session, instruction, seed, progress=None):
         with turn_errors():
             failure()
 

@@ -30,12 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    mllm = commands.add_parser("mllm", help="release MLLM -> llm/, resamplers, tokenizer/")
+    mllm = commands.add_parser(
+        "mllm", help="release MLLM -> llm/, resamplers, tokenizer/, game_state_config.json"
+    )
     mllm.add_argument("--release", type=Path, required=True, help="the release pytorch_model.bin")
     mllm.add_argument("--base-llm", type=Path, required=True, help="Mistral-7B-Instruct folder")
     mllm.add_argument("--out", type=Path, required=True, help="character folder to write into")
 
-    decoder = commands.add_parser("decoder", help="release VDM decoder -> transformer/")
+    decoder = commands.add_parser(
+        "decoder", help="release VDM decoder -> transformer/, scheduler/, model_index.json"
+    )
     decoder.add_argument("--release", type=Path, required=True, help="a VDM_Decoder-<name> folder")
     decoder.add_argument("--out", type=Path, required=True, help="character folder to write into")
     decoder.add_argument(
@@ -50,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     character.add_argument(
         "--out", type=Path, help="new output folder (default: the start-up cache)"
     )
-    character.add_argument("--registry", type=Path, help="registry YAML (default: the shipped one)")
+    character.add_argument(
+        "--registry", type=Path, help="registry YAML (default: $ANIMEGAMER_CHARACTERS, else the "
+        "shipped one)"
+    )
     character.add_argument("--cache-dir", type=Path, help="start-up cache (default: as the Space)")
     character.add_argument("--push-to-hub", metavar="REPO", help="publish the converted folder")
     character.add_argument("--private", action="store_true", help="create REPO as private")
@@ -92,23 +99,21 @@ def _run(args: argparse.Namespace) -> None:
 def _character(args: argparse.Namespace) -> None:
     from animegamer import hub
     from animegamer.characters import load_registry
-    from animegamer.convert.character import (
-        cache_key,
-        convert_release,
-        publish,
-        resource_checks_enabled,
-    )
+    from animegamer.convert.character import cache_key, convert_release, publish
+    from animegamer.settings import Settings
 
-    character = load_registry(args.registry).get(args.name)
+    settings = Settings.from_env()
+    character = load_registry(args.registry or settings.registry_path).get(args.name)
     if character.release is None:
         raise RegistryError(
             f"{character.name} has no release source to convert: its registry entry names only "
             "a converted repo"
         )
-    check = not args.skip_resource_check and resource_checks_enabled()
+    check = not args.skip_resource_check and settings.resource_checks
     if args.out is None:
         release_only = dataclasses.replace(character, converted=None)
-        out = hub.resolve_character(release_only, args.cache_dir, check_resources=check)
+        cache_dir = args.cache_dir or settings.cache_dir
+        out = hub.resolve_character(release_only, cache_dir, check_resources=check)
     else:
         out = args.out
         sources = hub.resolve_sources(character.release)

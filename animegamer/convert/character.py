@@ -15,25 +15,39 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from animegamer.characters import DEFAULT_LATENT_SIZE
 from animegamer.convert.errors import ConversionError
+from animegamer.models.game_state_defaults import (
+    GAME_STATE_CONFIG_NAME,
+    LLM_FOLDER,
+    RESAMPLERS_NAME,
+    TOKENIZER_FOLDER,
+)
+
+if TYPE_CHECKING:
+    from huggingface_hub import CommitInfo
 
 LAYOUT_FORMAT = 1
 MANIFEST_NAME = "animegamer.json"
+MODEL_INDEX_NAME = "model_index.json"
+"""Makes the folder's decoder part a diffusers pipeline folder (`AnimeGamerPipeline`)."""
 CARD_NAME = "README.md"
 LAYOUT_FILES = (
-    "llm/config.json",
-    "resamplers.safetensors",
-    "tokenizer/tokenizer.json",
+    f"{LLM_FOLDER}/config.json",
+    RESAMPLERS_NAME,
+    f"{TOKENIZER_FOLDER}/tokenizer.json",
     "transformer/config.json",
     "vae/config.json",
     "scheduler/scheduler_config.json",
+    MODEL_INDEX_NAME,
     MANIFEST_NAME,
 )
 LAYOUT_PATTERNS = (
-    "llm/*", "resamplers.safetensors", "tokenizer/*", "transformer/*", "vae/*", "scheduler/*",
-    MANIFEST_NAME,
+    f"{LLM_FOLDER}/*", RESAMPLERS_NAME, f"{TOKENIZER_FOLDER}/*", GAME_STATE_CONFIG_NAME,
+    "transformer/*", "shot_encoder/*", "vae/*", "scheduler/*",
+    MODEL_INDEX_NAME, MANIFEST_NAME,
 )
 SKIP_CHECK_ENV = "ANIMEGAMER_SKIP_RESOURCE_CHECK"
 _GB = 1e9
@@ -58,10 +72,6 @@ class ReleaseFiles:
     vae_dir: Path
     sources: Mapping[str, Mapping[str, str | None]]
     latent_size: tuple[int, int] = DEFAULT_LATENT_SIZE
-
-    @property
-    def cache_key(self) -> str:
-        return cache_key(self.sources)
 
 
 @dataclass(frozen=True)
@@ -132,11 +142,6 @@ def estimate_requirements(files: ReleaseFiles) -> Requirements:
     )
 
 
-def resource_checks_enabled() -> bool:
-    """False when `ANIMEGAMER_SKIP_RESOURCE_CHECK` is set to 1/true/yes."""
-    return os.environ.get(SKIP_CHECK_ENV, "").strip().lower() not in ("1", "true", "yes")
-
-
 def check_resources(needed: Requirements, where: Path, name: str) -> None:
     """Raise InsufficientResourcesError when free disk under `where` or available RAM is short."""
     import psutil
@@ -184,7 +189,6 @@ def convert_release(
             lambda: _convert_decoder(files, work),
         )
         _stage("the VAE", files.vae_dir, lambda: link_tree(files.vae_dir, work / "vae"))
-        _stage("the scheduler", work / "scheduler", lambda: write_scheduler(work / "scheduler"))
         write_manifest(work, name, files.sources)
         check_layout(work)
         os.rename(work, out)
@@ -204,15 +208,6 @@ def write_manifest(out: Path, name: str, sources: Mapping[str, Mapping[str, str 
     (Path(out) / MANIFEST_NAME).write_text(
         json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
-
-
-def write_scheduler(out: Path) -> None:
-    """The sampler's CogVideoXDPMScheduler config, as the decoder module defines it."""
-    from diffusers import CogVideoXDPMScheduler
-
-    from animegamer.models.decoder import scheduler_config
-
-    CogVideoXDPMScheduler(**scheduler_config()).save_pretrained(str(out))
 
 
 def link_tree(source: Path, target: Path) -> None:
@@ -262,9 +257,12 @@ AnimeGamer Space project layout so that the Space loads them without a conversio
 | `llm/` | the game-state LLM (Mistral-7B-Instruct-v0.1 with the LoRA merged, vocabulary 32284) |
 | `resamplers.safetensors` | input and output resamplers of the MLLM |
 | `tokenizer/` | Mistral's tokenizer with the 284 AnimeGamer tokens |
+| `{GAME_STATE_CONFIG_NAME}` | the game-state model's config (`GameStateConfig`) |
 | `transformer/` | the animation decoder (CogVideoX-2B transformer + motion-scope embedding) |
+| `shot_encoder/` | the animation-shot encoder's projections (for training; play does not load it) |
 | `vae/` | CogVideoX-2B's 3D VAE |
 | `scheduler/` | CogVideoXDPMScheduler configuration |
+| `{MODEL_INDEX_NAME}` | makes the decoder part an `AnimeGamerPipeline` folder |
 | `{MANIFEST_NAME}` | format, character and the exact sources below |
 
 ## Sources
@@ -289,7 +287,9 @@ In the Space's `assets/characters.yaml`, give the character a converted source:
 """
 
 
-def publish(character_dir: Path, repo_id: str, *, private: bool = False, token: str | None = None):
+def publish(
+    character_dir: Path, repo_id: str, *, private: bool = False, token: str | None = None
+) -> CommitInfo:
     """Upload a converted character folder to `repo_id` with a generated model card.
 
     Returns the CommitInfo of the upload (its `oid` is the revision to pin in the registry).
@@ -318,6 +318,8 @@ def _convert_mllm(files: ReleaseFiles, out: Path) -> None:
 
 
 def _convert_decoder(files: ReleaseFiles, out: Path) -> None:
+    """transformer/, shot_encoder/, scheduler/ and model_index.json (the VAE is linked by its
+    own stage)."""
     from animegamer.convert import decoder
 
     decoder.convert_decoder(files.decoder_dir, out, latent_size=files.latent_size)

@@ -2,42 +2,67 @@
 
 The release directory holds `latest` (a folder name) and `<name>/mp_rank_00_model_states.pt`, whose
 `module` state dict carries the network under `model.diffusion_model.` (the real file, 26.6 GB,
-also holds other models: it is memory-mapped and only that prefix is read). The SAT LoRA (r 64,
-scaling 1/r) is merged in fp32, names are mapped onto diffusers' CogVideoX layout, and the
-unconditional representation is computed from the mix-embedding layers, which are then dropped.
+also holds other models and training state: it is memory-mapped, read without the full
+unpickler (`load_checkpoint`), and only that prefix is used). The SAT LoRA (r 64, scaling 1/r) is
+merged in fp32, names are mapped onto diffusers' CogVideoX layout, the mix-embedding layers become
+the shot encoder (`AnimeGamerShotEncoder`, DESIGN §9), and the unconditional representation is that
+encoder applied to zeros. The output is a pipeline folder (`transformer/`, `shot_encoder/`,
+`scheduler/`, `model_index.json`) that needs only the VAE.
 
 Every step works on plain tensors, so the mapping can be checked on `meta` tensors (shapes only).
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
 import pickle
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 from accelerate import init_empty_weights
+from numpy._core import multiarray
 
 from animegamer.convert.errors import ConversionError
 from animegamer.models.decoder import (
     DEFAULT_MOTION_SCOPES,
-    REPRESENTATION_TOKENS,
     AnimeGamerTransformer3DModel,
+    save_scheduler,
+    write_model_index,
 )
+from animegamer.models.decoder_defaults import (
+    DEFAULT_LATENT_SIZE,
+    DEFAULT_SAMPLE_FRAMES,
+    RELEASE_CHECKPOINT_NAME,
+    SAT_PREFIX,
+)
+from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 
-logger = logging.getLogger(__name__)
-
-PREFIX = "model.diffusion_model."
-CHECKPOINT_NAME = "mp_rank_00_model_states.pt"
-TEXT_ROWS = 30
-"""Rows 0..29 of the original mix embedding come from the text branch, 30..225 from the image
-branch (196 CLIP patches)."""
 LAYERNORM_EPS = 1e-5
-FULL_LATENT_SIZE = (60, 90)
-SAMPLE_FRAMES = 17
+
+SAFE_GLOBALS: tuple = (
+    argparse.Namespace,
+    np.ndarray,
+    np.dtype,
+    *(getattr(np.dtypes, name) for name in np.dtypes.__all__),
+    *(
+        (function, f"{module}.multiarray.{function.__name__}")
+        for function in (multiarray._reconstruct, multiarray.scalar)
+        for module in ("numpy.core", "numpy._core")
+    ),
+)
+"""What a DeepSpeed/SAT checkpoint holds beside its tensors and that is safe to rebuild: training
+arguments (`argparse.Namespace`) and numpy arrays, scalars and dtypes (the numpy RNG state; numpy
+1.x pickles them under `numpy.core`, 2.x under `numpy._core`). Python's RNG state, sets, ordered
+dicts, `torch.Size` and tensors are allowed by torch itself."""
+
+INERT_NAMESPACES = ("deepspeed", "sat", "apex", "megatron")
+"""Packages whose pickled objects (loss scalers, optimizer wrappers, ...) stand in a training
+checkpoint without the network needing them: they are loaded as `InertObject`s, never imported."""
 
 _LAYER = re.compile(r"^transformer\.layers\.(\d+)\.")
 
@@ -47,38 +72,77 @@ def release_checkpoint_path(release_dir: Path) -> Path:
     latest = Path(release_dir) / "latest"
     if not latest.is_file():
         raise ConversionError(f"{latest}: missing (not a SAT/DeepSpeed release directory)")
-    path = Path(release_dir) / latest.read_text().strip() / CHECKPOINT_NAME
+    path = Path(release_dir) / latest.read_text().strip() / RELEASE_CHECKPOINT_NAME
     if not path.is_file():
         raise ConversionError(f"{path}: missing (named by {latest})")
     return path
 
 
-def _load(path: Path) -> dict:
+class InertObject:
+    """Stands in for an object of an `INERT_NAMESPACES` class: keeps what the pickle gave it and
+    runs no code of that class (which is never imported)."""
+
+    def __new__(cls, *args: object, **kwargs: object) -> InertObject:
+        return super().__new__(cls)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.args = args
+
+    def __setstate__(self, state: object) -> None:
+        self.state = state
+
+
+def _inert_class(qualified_name: str) -> tuple[type, str]:
+    module, _, name = qualified_name.rpartition(".")
+    return type(name, (InertObject,), {"__module__": module}), qualified_name
+
+
+def load_checkpoint(path: Path) -> dict:
+    """The checkpoint's pickle, memory-mapped, never with the full unpickler.
+
+    torch's `weights_only` unpickler runs with `SAFE_GLOBALS` allowed and the classes of
+    `INERT_NAMESPACES` replaced by `InertObject`s. A checkpoint naming any other global (a
+    function such as `os.system`, an unknown class) is refused before anything is unpickled.
+    """
     try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except pickle.UnpicklingError:
-        # DeepSpeed files may pickle training state (argparse namespaces, numpy RNG states) that
-        # the safe unpickler refuses. The network itself is plain tensors.
-        logger.warning("%s holds non-tensor objects; loading it with the full unpickler", path)
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+            found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception as error:
+        raise ConversionError(f"{path} is not a readable PyTorch checkpoint: {error}") from error
+    refused = sorted(name for name in found if name.split(".")[0] not in INERT_NAMESPACES)
+    if refused:
+        raise ConversionError(
+            f"{path} holds objects that are not tensors, numbers or known training state: "
+            f"{', '.join(refused)}. Loading them could run code, so the checkpoint is refused; "
+            "use the release's own file"
+        )
+    inert = [_inert_class(name) for name in sorted(found)]
+    try:
+        with torch.serialization.safe_globals([*SAFE_GLOBALS, *inert]):
+            checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ConversionError(f"{path} cannot be loaded safely: {error}") from error
+    if not isinstance(checkpoint, dict):
+        raise ConversionError(f"{path}: not a dict but {type(checkpoint).__name__}")
+    return checkpoint
 
 
 def load_release_state_dict(release_dir: Path) -> dict[str, torch.Tensor]:
     """The network's tensors (memory-mapped), with the `model.diffusion_model.` prefix removed."""
     path = release_checkpoint_path(release_dir)
-    checkpoint = _load(path)
-    module = checkpoint.get("module") if isinstance(checkpoint, dict) else None
+    checkpoint = load_checkpoint(path)
+    module = checkpoint.get("module")
     if not isinstance(module, Mapping):
         raise ConversionError(f"{path}: no 'module' state dict")
-    state = {k[len(PREFIX) :]: v for k, v in module.items() if k.startswith(PREFIX)}
+    state = {k[len(SAT_PREFIX) :]: v for k, v in module.items() if k.startswith(SAT_PREFIX)}
     if not state:
-        raise ConversionError(f"{path}: no key under '{PREFIX}'")
+        raise ConversionError(f"{path}: no key under '{SAT_PREFIX}'")
     return state
 
 
 def _require(state: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
     if key not in state:
-        raise ConversionError(f"missing key {PREFIX}{key}")
+        raise ConversionError(f"missing key {SAT_PREFIX}{key}")
     return state[key]
 
 
@@ -89,8 +153,8 @@ def _latent_size_from_positions(positions: int, latent_frames: int, patch: int) 
     rows = round((per_frame / 1.5) ** 0.5)
     if remainder or rows < 2 or rows % 2 or rows * (3 * rows // 2) != per_frame:
         raise ConversionError(
-            f"{PREFIX}mixins.pos_embed.pos_embedding has {positions} positions, not a 2:3 latent "
-            f"grid of {latent_frames} frames: pass latent_size"
+            f"{SAT_PREFIX}mixins.pos_embed.pos_embedding has {positions} positions, not a 2:3 "
+            f"latent grid of {latent_frames} frames: pass latent_size"
         )
     return rows * patch, 3 * rows // 2 * patch
 
@@ -98,7 +162,7 @@ def _latent_size_from_positions(positions: int, latent_frames: int, patch: int) 
 def infer_transformer_config(
     state: Mapping[str, torch.Tensor],
     latent_size: tuple[int, int] | None = None,
-    sample_frames: int = SAMPLE_FRAMES,
+    sample_frames: int = DEFAULT_SAMPLE_FRAMES,
     motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
 ) -> dict:
     """The `AnimeGamerTransformer3DModel` config of a release state dict.
@@ -122,7 +186,7 @@ def infer_transformer_config(
     table = state.get("mixins.pos_embed.pos_embedding")
     if latent_size is None:
         latent_size = (
-            FULL_LATENT_SIZE
+            DEFAULT_LATENT_SIZE
             if table is None
             else _latent_size_from_positions(table.shape[1], latent_frames, patch)
         )
@@ -130,7 +194,7 @@ def infer_transformer_config(
     positions = latent_frames * (height // patch) * (width // patch) + REPRESENTATION_TOKENS
     if table is not None and table.shape[1] != positions:
         raise ConversionError(
-            f"{PREFIX}mixins.pos_embed.pos_embedding has {table.shape[1]} positions; latent "
+            f"{SAT_PREFIX}mixins.pos_embed.pos_embedding has {table.shape[1]} positions; latent "
             f"{height}x{width} with {sample_frames} frames needs {positions}: check latent_size"
         )
     return {
@@ -176,45 +240,69 @@ def _merged_linear(src: _Consumer, name: str) -> tuple[torch.Tensor, torch.Tenso
         return src.take(f"{name}.weight").float(), src.take(f"{name}.bias").float()
     weight = src.take(f"{name}.original.weight").float()
     bias = src.take(f"{name}.original.bias").float()
-    deltas = []
+    deltas: list[torch.Tensor] = []
     while f"{name}.matrix_A.{len(deltas)}" in src:
         i = len(deltas)
         a = src.take(f"{name}.matrix_A.{i}").float()
         b = src.take(f"{name}.matrix_B.{i}").float()
         deltas.append((b @ a) / a.shape[0])
     if not deltas or sum(d.shape[0] for d in deltas) != weight.shape[0]:
-        raise ConversionError(f"{PREFIX}{name}: LoRA partitions do not cover the weight")
+        raise ConversionError(f"{SAT_PREFIX}{name}: LoRA partitions do not cover the weight")
     return weight + torch.cat(deltas), bias
 
 
-def _mlp_at_zero(src: _Consumer, name: str) -> torch.Tensor:
-    """`Linear → GELU → Linear` of the zero vector (fp32), consuming its weights."""
-    src.take(f"{name}.0.weight")  # multiplies the zero input
-    hidden = F.gelu(src.take(f"{name}.0.bias").float())
-    weight, bias = src.take(f"{name}.2.weight"), src.take(f"{name}.2.bias")
-    return F.linear(hidden, weight.float(), bias.float())
+_SHOT_ENCODER_NAMES = {
+    "mixins.patch_embed.text_proj.0": "text_proj.0",
+    "mixins.patch_embed.text_proj.2": "text_proj.2",
+    "mixins.patch_embed.ip_proj.0": "image_proj.0",
+    "mixins.patch_embed.ip_proj.2": "image_proj.2",
+    "mixins.patch_embed.txt_mix_layer_norm": "text_norm",
+    "mixins.patch_embed.ip_mix_layer_norm": "image_norm",
+}
+"""The release's mix-embedding layers that make the shot representation (DESIGN §9) → names of
+`AnimeGamerShotEncoder`."""
 
 
-def _layer_norm(src: _Consumer, name: str, x: torch.Tensor) -> torch.Tensor:
-    weight = src.take(f"{name}.weight").float()
-    return F.layer_norm(x, weight.shape, weight, src.take(f"{name}.bias").float(), LAYERNORM_EPS)
+def _convert_shot_encoder(src: _Consumer) -> dict[str, torch.Tensor]:
+    return {
+        f"{dst}.{part}": src.take(f"{sat}.{part}")
+        for sat, dst in _SHOT_ENCODER_NAMES.items()
+        for part in ("weight", "bias")
+    }
 
 
-def unconditional_representation(src: _Consumer) -> torch.Tensor:
-    """[226, D]: what the original's mix embedding gives for the demo's all-zero conditioning.
-
-    Rows 0..29 `txt_mix_layer_norm(text_proj(0))`, rows 30..225 `ip_mix_layer_norm(ip_proj(0))`.
-    """
-    text = _layer_norm(
-        src,
-        "mixins.patch_embed.txt_mix_layer_norm",
-        _mlp_at_zero(src, "mixins.patch_embed.text_proj"),
+def build_shot_encoder(
+    weights: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None
+) -> AnimeGamerShotEncoder:
+    """The shot encoder holding converted weights (widths read from them; meta tensors work)."""
+    text_in, image_in = weights["text_proj.0.weight"], weights["image_proj.0.weight"]
+    with init_empty_weights(include_buffers=False):
+        encoder = AnimeGamerShotEncoder(
+            text_width=text_in.shape[1],
+            image_width=image_in.shape[1],
+            width=text_in.shape[0],
+            norm_eps=LAYERNORM_EPS,
+        )
+    check_state_dict(encoder.state_dict(), weights, "shot encoder")
+    encoder.load_state_dict(
+        {k: v.to(dtype or v.dtype).clone() for k, v in weights.items()}, strict=True, assign=True
     )
-    image = _layer_norm(
-        src, "mixins.patch_embed.ip_mix_layer_norm", _mlp_at_zero(src, "mixins.patch_embed.ip_proj")
-    )
-    rows = [text.expand(TEXT_ROWS, -1), image.expand(REPRESENTATION_TOKENS - TEXT_ROWS, -1)]
-    return torch.cat(rows).contiguous()
+    return encoder.eval()
+
+
+def unconditional_representation(shot_encoder_weights: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """[226, D]: the shot encoder on all-zero features in fp32, i.e. what the original's mix
+    embedding gives for the demo's all-zero conditioning."""
+    with torch.no_grad():
+        return build_shot_encoder(shot_encoder_weights, torch.float32).unconditional().contiguous()
+
+
+@dataclass
+class ConvertedDecoder:
+    """A release's network split into the two modules the project keeps."""
+
+    transformer: dict[str, torch.Tensor]
+    shot_encoder: dict[str, torch.Tensor]
 
 
 def _split_adaln(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,12 +349,12 @@ _RENAMES = {
 _DROPPED = ("mixins.patch_embed.output_mix_layer_norm.", "mixins.patch_embed.mix_proj.")
 
 
-def convert_state_dict(
-    state: Mapping[str, torch.Tensor], num_layers: int
-) -> dict[str, torch.Tensor]:
-    """SAT names (prefix removed) → diffusers names; every source key must be used or known-dropped.
+def convert_state_dict(state: Mapping[str, torch.Tensor], num_layers: int) -> ConvertedDecoder:
+    """SAT names (prefix removed) → the transformer's diffusers names and the shot encoder's;
+    every source key must be used or known-dropped.
 
     The position table (`mixins.pos_embed.pos_embedding`) is dropped: diffusers recomputes it.
+    The transformer's `uncond_representation` is the shot encoder's representation of zeros.
     """
     src = _Consumer(state)
     out: dict[str, torch.Tensor] = {}
@@ -275,19 +363,22 @@ def convert_state_dict(
             out[f"{dst}.{part}"] = src.take(f"{sat}.{part}")
     for i in range(num_layers):
         _convert_layer(src, i, out)
-    out["uncond_representation"] = unconditional_representation(src)
+    shot_encoder = _convert_shot_encoder(src)
+    out["uncond_representation"] = unconditional_representation(shot_encoder)
     src.drop("mixins.pos_embed.pos_embedding")
     for key in list(src.unused):
         if key.startswith(_DROPPED):
             src.drop(key)
     if src.unused:
-        names = ", ".join(PREFIX + k for k in sorted(src.unused))
+        names = ", ".join(SAT_PREFIX + k for k in sorted(src.unused))
         raise ConversionError(f"unconverted keys: {names}")
-    return out
+    return ConvertedDecoder(transformer=out, shot_encoder=shot_encoder)
 
 
 def check_state_dict(
-    expected: Mapping[str, torch.Tensor], converted: Mapping[str, torch.Tensor]
+    expected: Mapping[str, torch.Tensor],
+    converted: Mapping[str, torch.Tensor],
+    what: str = "decoder",
 ) -> None:
     """Raise `ConversionError` naming missing, unexpected or mis-shaped keys."""
     missing = sorted(set(expected) - set(converted))
@@ -303,48 +394,60 @@ def check_state_dict(
         if keys
     ]
     if problems:
-        raise ConversionError("converted decoder does not fit the model; " + "; ".join(problems))
+        raise ConversionError(f"converted {what} does not fit the model; " + "; ".join(problems))
 
 
-def build_converted_transformer(
+def build_converted_decoder(
     state: Mapping[str, torch.Tensor],
     latent_size: tuple[int, int] | None = None,
-    sample_frames: int = SAMPLE_FRAMES,
+    sample_frames: int = DEFAULT_SAMPLE_FRAMES,
     motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
     dtype: torch.dtype = torch.float32,
-) -> AnimeGamerTransformer3DModel:
-    """The transformer holding the converted weights of a release state dict (prefix removed)."""
+) -> tuple[AnimeGamerTransformer3DModel, AnimeGamerShotEncoder]:
+    """The transformer and the shot encoder holding the converted weights of a release state
+    dict (prefix removed)."""
     config = infer_transformer_config(state, latent_size, sample_frames, motion_scopes)
     converted = convert_state_dict(state, config["num_layers"])
     with init_empty_weights(include_buffers=False):
         model = AnimeGamerTransformer3DModel(**config)
-    check_state_dict(model.state_dict(), converted)
+    check_state_dict(model.state_dict(), converted.transformer)
     table = state.get("mixins.pos_embed.pos_embedding")
     if table is not None:
         diff = (table[0].float() - model.patch_embed.pos_embedding[0]).abs().max().item()
         # values lie in [-1, 1]: allow the rounding of a half-precision checkpoint
         if diff > max(1e-4, torch.finfo(table.dtype).eps):
             raise ConversionError(
-                f"{PREFIX}mixins.pos_embed.pos_embedding differs from the sincos table "
+                f"{SAT_PREFIX}mixins.pos_embed.pos_embedding differs from the sincos table "
                 f"by {diff:.2e}"
             )
     # Chunks of the fused qkv share storage: clone, as safetensors refuses shared tensors.
-    weights = {k: v.to(dtype).clone() for k, v in converted.items()}
+    weights = {k: v.to(dtype).clone() for k, v in converted.transformer.items()}
     model.load_state_dict(weights, strict=True, assign=True)
-    return model.eval()
+    return model.eval(), build_shot_encoder(converted.shot_encoder, dtype)
 
 
 def convert_decoder(
     release_dir: Path,
     out: Path,
     latent_size: tuple[int, int] | None = None,
-    sample_frames: int = SAMPLE_FRAMES,
+    sample_frames: int = DEFAULT_SAMPLE_FRAMES,
     motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
     dtype: torch.dtype = torch.float32,
 ) -> Path:
-    """Convert the release decoder in `release_dir` and write `out/transformer/`; returns it."""
+    """Convert the release decoder in `release_dir` into the pipeline folder `out`; returns `out`.
+
+    Writes `out/transformer/`, `out/shot_encoder/`, `out/scheduler/` and `out/model_index.json`:
+    with CogVideoX-2B's
+    VAE as `out/vae/` (the character converter links it there), `out` loads with
+    `AnimeGamerPipeline.from_pretrained`.
+    """
     state = load_release_state_dict(Path(release_dir))
-    model = build_converted_transformer(state, latent_size, sample_frames, motion_scopes, dtype)
-    target = Path(out) / "transformer"
-    model.save_pretrained(target, safe_serialization=True)
-    return target
+    model, shot_encoder = build_converted_decoder(
+        state, latent_size, sample_frames, motion_scopes, dtype
+    )
+    out = Path(out)
+    model.save_pretrained(out / "transformer", safe_serialization=True)
+    shot_encoder.save_pretrained(out / "shot_encoder", safe_serialization=True)
+    save_scheduler(out)
+    write_model_index(out)
+    return out

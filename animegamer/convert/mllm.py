@@ -2,8 +2,10 @@
 
 Input: the release's `pytorch_model.bin` (keys `llm.base_model.model.…` in PEFT naming, plus
 `input_resampler.*`/`output_resampler.*`) and the base Mistral folder (config, tokenizer and,
-when the release lacks the frozen base weights, those weights). Output, in `out/`:
-`llm/` (safetensors, vocab 32284, LoRA merged in fp32), `resamplers.safetensors`, `tokenizer/`.
+when the release lacks the frozen base weights, those weights). Output, in `out/`, the layout
+`GameStateModel.from_pretrained` reads: `llm/` (safetensors, vocab 32284, LoRA merged in fp32),
+`resamplers.safetensors`, `tokenizer/` and `game_state_config.json` (the release's
+`representation_source`, `last_226`).
 
 Every key and shape is checked before anything is written; anything that would not convert
 completely raises `ConversionError` naming the file and the keys. Tensors are memory-mapped and
@@ -12,7 +14,6 @@ the output is written shard by shard, so a 7B conversion needs about one shard o
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -26,6 +27,8 @@ from safetensors.torch import save_file
 from transformers import GenerationConfig, MistralConfig
 
 from animegamer.convert.errors import ConversionError
+from animegamer.models.game_state_config import GameStateConfig
+from animegamer.models.game_state_defaults import LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER
 from animegamer.tokens import BOS_ID, EOS_ID, VOCAB_SIZE, TokenizerError, build_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -118,6 +121,13 @@ class BaseWeights:
             return tuple(f.get_slice(key).get_shape())
 
 
+def _planned(tensor: torch.Tensor | None) -> torch.Tensor:
+    """A tensor `_Planner._take` returned, used once planning is over: `raise_if_incomplete`
+    has refused the release if any was missing or misshapen (None)."""
+    assert tensor is not None, "a planned tensor was used before raise_if_incomplete()"
+    return tensor
+
+
 @dataclass
 class _Entry:
     """One output tensor: its shape and how to compute it."""
@@ -159,7 +169,7 @@ class _Planner:
 
     def _copy(self, key: str, shape: tuple[int, ...]) -> _Entry:
         tensor = self._take(key, shape)
-        return _Entry(shape, lambda: tensor.to(self.dtype))
+        return _Entry(shape, lambda: _planned(tensor).to(self.dtype))
 
     def _linear(self, name: str, shape: tuple[int, ...]) -> _Entry:
         """`name` = model.layers.N.….q_proj; W = W0 + (alpha/r)·B@A merged in fp32."""
@@ -185,7 +195,8 @@ class _Planner:
 
         def make() -> torch.Tensor:
             base = w0 if w0 is not None else self.base.get(f"{name}.weight")
-            merged = base.float() + (LORA_ALPHA / rank) * (b.float() @ a.float())
+            delta = _planned(b).float() @ _planned(a).float()
+            merged = base.float() + (LORA_ALPHA / rank) * delta
             return merged.to(self.dtype)
 
         return _Entry(shape, make)
@@ -235,7 +246,7 @@ class _Planner:
                                             (VOCAB_SIZE, hidden))
         return plan
 
-    def resamplers(self) -> dict[str, torch.Tensor]:
+    def resamplers(self) -> dict[str, torch.Tensor | None]:
         hidden = self.config.hidden_size
         first = self.release.get("input_resampler.proj.0.weight")
         width = first.shape[1] if first is not None and first.ndim == 2 else 0
@@ -322,43 +333,35 @@ def _replace_dir(staged: Path, final: Path) -> None:
 
 
 def convert_mllm(release_bin: Path, base_llm: Path, out: Path) -> None:
-    """Convert the release MLLM into `out/llm`, `out/resamplers.safetensors`, `out/tokenizer`."""
+    """Convert the release MLLM into `out/llm`, `out/resamplers.safetensors`, `out/tokenizer`
+    and `out/game_state_config.json`."""
     release_bin, base_llm, out = Path(release_bin), Path(base_llm), Path(out)
     config = _load_base_config(base_llm)
     release = load_checkpoint(release_bin)
     planner = _Planner(release_bin, release, BaseWeights(base_llm), config)
     llm_plan = planner.llm()
-    resamplers = planner.resamplers()
+    planned_resamplers = planner.resamplers()
     planner.raise_if_incomplete()
+    resamplers = {key: _planned(tensor) for key, tensor in planned_resamplers.items()}
     try:
         tokenizer = build_tokenizer(base_llm)
     except (OSError, ValueError, TokenizerError) as exc:
         raise ConversionError(f"{base_llm}: cannot build the AnimeGamer tokenizer ({exc})") from exc
 
     out.mkdir(parents=True, exist_ok=True)
-    staged_llm, staged_tokenizer = out / "llm.partial", out / "tokenizer.partial"
+    staged_llm = out / f"{LLM_FOLDER}.partial"
+    staged_tokenizer = out / f"{TOKENIZER_FOLDER}.partial"
     for staged in (staged_llm, staged_tokenizer):
         if staged.exists():
             shutil.rmtree(staged)
     _write_llm(llm_plan, config, planner.dtype, staged_llm)
     tokenizer.save_pretrained(staged_tokenizer)
     save_file({k: v.contiguous() for k, v in resamplers.items()},
-              out / "resamplers.safetensors", metadata={"format": "pt"})
-    _replace_dir(staged_llm, out / "llm")
-    _replace_dir(staged_tokenizer, out / "tokenizer")
+              out / RESAMPLERS_NAME, metadata={"format": "pt"})
+    GameStateConfig(
+        text_config=config, representation_dim=resamplers["output_resampler.proj.2.weight"].shape[0]
+    ).write_layout_file(out)
+    _replace_dir(staged_llm, out / LLM_FOLDER)
+    _replace_dir(staged_tokenizer, out / TOKENIZER_FOLDER)
     logger.info("converted %s → %s (%s)", release_bin, out, planner.dtype)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of `python -m animegamer.convert mllm`."""
-    parser.add_argument("--release", type=Path, required=True,
-                        help="the release's MLLM pytorch_model.bin")
-    parser.add_argument("--base-llm", type=Path, required=True,
-                        help="folder of Mistral-7B-Instruct-v0.1 (config + tokenizer; weights "
-                             "when the release lacks them)")
-    parser.add_argument("--out", type=Path, required=True, help="output character folder")
-
-
-def main(args: argparse.Namespace) -> None:
-    """Run the conversion for parsed `add_arguments` arguments."""
-    convert_mllm(args.release, args.base_llm, args.out)

@@ -1,44 +1,71 @@
 """The animation-shot decoder: a CogVideoX-2B transformer conditioned on the game-state model's
-representation and a motion scope, its sampling loop, and the VAE decode to uint8 frames.
+representation and a motion scope, and `AnimeGamerPipeline`, the diffusers pipeline that renders a
+shot with it.
 
 The pieces of a turn, in order: `dynamic_guidance_scale` and `guided_prediction` (classifier-free
-guidance), `denoising_step` (one `CogVideoXDPMScheduler` step), `sample_latents` (the loop, with the
-network behind a `predict` callable so it can be replayed from recorded outputs), then
-`decode_latents`. `AnimeGamerDecoder` ties them to the transformer, the VAE and the scheduler.
+guidance), `denoising_step` (one `CogVideoXDPMScheduler` step) and `sample_latents` (the loop, with
+the network behind a `predict` callable so that recorded network outputs can be replayed through
+it); `AnimeGamerPipeline.__call__` runs that loop on its transformer and decodes the latent with
+its VAE.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
+import diffusers
 import numpy as np
 import torch
-from diffusers import (
-    AutoencoderKLCogVideoX,
-    CogVideoXDPMScheduler,
-    CogVideoXTransformer3DModel,
-)
+
+# The classes come from their defining modules: to a type checker, diffusers' top-level names
+# are its placeholder classes for a missing torch (the same objects at run time either way).
+from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from diffusers.configuration_utils import register_to_config
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
+from diffusers.models.modeling_utils import ModelMixin  # noqa: F401  (see the pipeline's doc)
+from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
+from diffusers.pipelines.pipeline_loading_utils import _fetch_class_library_tuple
+from diffusers.pipelines.pipeline_utils import DiffusionPipeline
+from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
+from diffusers.utils import BaseOutput
+from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
-from animegamer.game import REPRESENTATION_TOKENS
+from animegamer.models.decoder_defaults import (
+    DEFAULT_GUIDANCE,
+    DEFAULT_LATENT_SIZE,
+    DEFAULT_SAMPLE_FRAMES,
+    DEFAULT_STEPS,
+)
+from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.shot_encoder import (
+    AnimeGamerShotEncoder,
+    clip_pixel_values,
+    image_features,
+    text_features,
+)
+
+if TYPE_CHECKING:
+    from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderModel
 
 DEFAULT_MOTION_SCOPES: tuple[float, ...] = (0.5, 1.0, 5.0, 20.0, 40.0)
 """The released demo's table: motion level ML 1..5 → motion-scope value."""
 
-DEFAULT_STEPS = 50
-DEFAULT_GUIDANCE = 6.0
-
-ProgressCallback = Callable[[int, int], None]
-"""callback(steps_done, total_steps), called after every denoising step."""
+OUTPUT_TYPES = ("np", "pt", "latent")
 
 PredictFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""predict(latents [1, T, C, H, W] fp32, timestep 0-d long) → network output [2, T, C, H, W]
-for the [uncond, cond] batch."""
+"""predict(latents [B, T, C, H, W] fp32, timestep 0-d) → network output [2B, T, C, H, W] for
+the [uncond, cond] batch."""
+
+StepEndFn = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+"""step_end(i, timestep, latents) after denoising step i (0-based) → the latents to go on with."""
 
 
 class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
@@ -63,9 +90,9 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         out_channels: int = 16,
         time_embed_dim: int = 512,
         num_layers: int = 30,
-        sample_width: int = 90,
-        sample_height: int = 60,
-        sample_frames: int = 17,
+        sample_width: int = DEFAULT_LATENT_SIZE[1],
+        sample_height: int = DEFAULT_LATENT_SIZE[0],
+        sample_frames: int = DEFAULT_SAMPLE_FRAMES,
         patch_size: int = 2,
         patch_size_t: int | None = None,
         temporal_compression_ratio: int = 4,
@@ -101,7 +128,8 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
             spatial_interpolation_scale=spatial_interpolation_scale,
             temporal_interpolation_scale=temporal_interpolation_scale,
         )
-        self.patch_embed.text_proj = nn.Identity()
+        # diffusers declares the text projection a Linear; here it is deliberately the identity.
+        self.patch_embed.text_proj = nn.Identity()  # type: ignore[assignment]
         self.norm_out.norm.eps = final_norm_eps
         self.ofs_proj = Timesteps(inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
         self.ofs_embedding = TimestepEmbedding(inner_dim, time_embed_dim, "silu")
@@ -110,11 +138,18 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         )
 
 
+def _is_int(value: object) -> bool:
+    """An integral number (numpy's too), not a bool. (`int` is an `Integral` only at run time:
+    type checkers do not see the ABC registration, so this is not a type guard.)"""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
 def motion_scope(config_or_model: object, level: int) -> float:
     """The motion-scope value of motion level `level` (1..5) from a transformer or its config."""
-    config = getattr(config_or_model, "config", config_or_model)
+    # duck-typed: a model, its config (a dict), or any object with a `motion_scopes` attribute
+    config: Any = getattr(config_or_model, "config", config_or_model)
     table = config["motion_scopes"] if isinstance(config, dict) else config.motion_scopes
-    if isinstance(level, bool) or not isinstance(level, Integral) or not 1 <= level <= len(table):
+    if not _is_int(level) or not 1 <= level <= len(table):
         raise ValueError(f"motion level must be an int in 1..{len(table)}, got {level!r}")
     return float(table[int(level) - 1])
 
@@ -166,7 +201,7 @@ def denoising_step(
     step_index: int,
     latents: torch.Tensor,
     previous_x0: torch.Tensor | None,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One DPM-Solver++(2M) SDE step from the guided v-prediction; returns (latents, x0).
 
@@ -175,13 +210,15 @@ def denoising_step(
     """
     timesteps = scheduler.timesteps.tolist()
     timestep_back = timesteps[step_index - 1] if step_index > 0 else None
+    # diffusers types `step` narrower than it works: at step 0 the previous x0 and timestep are
+    # None (its code checks for that), and `generator` goes to `randn_tensor`, which takes a list.
     latents, x0 = scheduler.step(
         noise_pred,
-        previous_x0,
+        previous_x0,  # type: ignore[arg-type]
         timesteps[step_index],
-        timestep_back,
+        timestep_back,  # type: ignore[arg-type]
         latents,
-        generator=generator,
+        generator=generator,  # type: ignore[arg-type]
         return_dict=False,
     )
     return latents, x0
@@ -193,13 +230,15 @@ def sample_latents(
     latents: torch.Tensor,
     num_inference_steps: int = DEFAULT_STEPS,
     guidance_scale: float = DEFAULT_GUIDANCE,
-    generator: torch.Generator | None = None,
-    callback: ProgressCallback | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
+    step_end: StepEndFn | None = None,
 ) -> torch.Tensor:
-    """Denoise `latents` (the initial noise, [1, T, C, H, W]) in fp32 between steps.
+    """Denoise `latents` (the initial noise, [B, T, C, H, W]) in fp32 between steps.
 
-    Step counts that divide 1000 (50, 25, 10, 8, ...) keep the scheduler's "previous timestep"
-    on the trailing grid; others work but are slightly off it (a limit of the stock scheduler).
+    `predict` runs the network (or replays recorded outputs); `step_end` is called after every
+    step and returns the latents to continue from. Step counts that divide 1000 (50, 25, 10, 8,
+    ...) keep the scheduler's "previous timestep" on the trailing grid; others work but are
+    slightly off it (a limit of the stock scheduler).
     """
     scheduler.set_timesteps(num_inference_steps, device=latents.device)
     latents = latents.float()
@@ -208,159 +247,407 @@ def sample_latents(
         scale = dynamic_guidance_scale(int(t), num_inference_steps, guidance_scale)
         noise_pred = guided_prediction(predict(latents, t), scale)
         latents, x0 = denoising_step(scheduler, noise_pred, i, latents, x0, generator)
-        if callback is not None:
-            callback(i + 1, num_inference_steps)
+        if step_end is not None:
+            latents = step_end(i, t, latents)
     return latents
 
 
-def frames_to_uint8(video: torch.Tensor) -> np.ndarray:
-    """VAE output [1, 3, F, H, W] in [-1, 1] → uint8 [F, H, W, 3] (truncating, as the release)."""
-    video = ((video[0].float() + 1.0) / 2.0).clamp(0.0, 1.0)
-    return (255.0 * video).to(torch.uint8).permute(1, 2, 3, 0).cpu().numpy()
+@dataclass
+class AnimeGamerPipelineOutput(BaseOutput):
+    """Output of `AnimeGamerPipeline`.
 
-
-@torch.no_grad()
-def decode_latents(vae: AutoencoderKLCogVideoX, latents: torch.Tensor) -> np.ndarray:
-    """Latents [1, T, C, H, W] → uint8 frames [F, H, W, 3].
-
-    The VAE decodes 2 latent frames at a time (the first call takes 3): 5 latent frames → 17.
+    Args:
+        frames: per `output_type`: `"np"` uint8 [B, F, H, W, 3] (what the game writes to mp4),
+            `"pt"` float32 [B, F, 3, H, W] in [0, 1], `"latent"` the fp32 latent [B, T, C, H, W].
     """
-    z = latents.permute(0, 2, 1, 3, 4) / vae.config.scaling_factor
-    video = vae.decode(z.to(device=vae.device, dtype=vae.dtype)).sample
-    return frames_to_uint8(video)
+
+    frames: np.ndarray | torch.Tensor
 
 
-def default_dtype(device: str | torch.device) -> torch.dtype:
-    """fp16 on a GPU (what the release ran), fp32 on CPU."""
-    return torch.float16 if torch.device(device).type == "cuda" else torch.float32
+class AnimeGamerPipeline(DiffusionPipeline):
+    """Representation + motion level → an animation shot: AnimeGamer's decoder as a diffusers
+    pipeline (DESIGN §4).
 
+    Args:
+        transformer: the `AnimeGamerTransformer3DModel` that denoises the latent; it holds the
+            unconditional representation and the motion-scope table.
+        vae: CogVideoX's 3D VAE (`AutoencoderKLCogVideoX`), decoding latents to frames.
+        scheduler: the `CogVideoXDPMScheduler` of the release's sampler (`scheduler_config()`).
+        shot_encoder: the trainable part of the animation-shot encoder (DESIGN §9), for the
+            reconstruction path `encode_shot` and for training; optional (play does not need it).
+        image_encoder, text_encoder, tokenizer: the shot encoder's frozen towers (CLIP ViT-B-16
+            vision model, T5 v1.1 XXL encoder and its tokenizer); optional, passed to
+            `from_pretrained` from their Hub repos (`shot_towers` in the character registry).
 
-class AnimeGamerDecoder:
-    """Representation + motion level → an animation shot (uint8 frames)."""
+    `ModelMixin` is imported into this module on purpose: diffusers resolves the loading method
+    of a component declared as `["animegamer.models.decoder", ...]` in `model_index.json` from
+    the names that module holds.
+
+    A character folder written by the converter or `save_pretrained` loads with
+    `AnimeGamerPipeline.from_pretrained(folder, dtype=...)`; low-VRAM mode is
+    `enable_model_cpu_offload()`.
+    """
+
+    # `DiffusionPipeline` declares these unannotated (inferred: an instance `list` and `None`),
+    # so neither a `ClassVar` nor a `str` matches its types; they are class constants here.
+    _optional_components = [  # noqa: RUF012
+        "shot_encoder", "image_encoder", "text_encoder", "tokenizer"
+    ]
+    model_cpu_offload_seq = "text_encoder->image_encoder->shot_encoder->transformer->vae"  # type: ignore[assignment]
+    _callback_tensor_inputs: ClassVar[list[str]] = ["latents"]
 
     def __init__(
         self,
         transformer: AnimeGamerTransformer3DModel,
         vae: AutoencoderKLCogVideoX,
         scheduler: CogVideoXDPMScheduler,
+        shot_encoder: AnimeGamerShotEncoder | None = None,
+        image_encoder: CLIPVisionModel | None = None,
+        text_encoder: T5EncoderModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ):
-        self.transformer = transformer.eval()
-        self.vae = vae.eval()
-        self.scheduler = scheduler
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        path: str | Path,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> AnimeGamerDecoder:
-        """Load `path/transformer`, `path/vae` and `path/scheduler`."""
-        path = Path(path)
-        dtype = dtype or default_dtype(device)
-        transformer = AnimeGamerTransformer3DModel.from_pretrained(
-            path / "transformer", torch_dtype=dtype
+        super().__init__()
+        self.register_modules(
+            transformer=transformer,
+            vae=vae,
+            scheduler=scheduler,
+            shot_encoder=shot_encoder,
+            image_encoder=image_encoder,
+            text_encoder=text_encoder,
+            tokenizer=tokenizer,
         )
-        vae = AutoencoderKLCogVideoX.from_pretrained(path / "vae", torch_dtype=dtype)
-        scheduler = CogVideoXDPMScheduler.from_pretrained(path / "scheduler")
-        return cls(transformer, vae, scheduler).to(device)
-
-    def to(self, device: str | torch.device) -> AnimeGamerDecoder:
-        self.transformer.to(device)
-        self.vae.to(device)
-        return self
+        self._num_timesteps = 0
+        self._guidance_scale = DEFAULT_GUIDANCE
 
     @property
-    def device(self) -> torch.device:
-        return self.transformer.device
+    def num_timesteps(self) -> int:
+        """Denoising steps of the latest call."""
+        return self._num_timesteps
 
     @property
-    def dtype(self) -> torch.dtype:
-        return self.transformer.dtype
+    def guidance_scale(self) -> float:
+        """Guidance weight of the latest call."""
+        return self._guidance_scale
 
     @property
     def representation_dim(self) -> int:
+        """Width of the representation vectors the transformer takes."""
         return self.transformer.uncond_representation.shape[-1]
 
-    def latent_shape(self) -> tuple[int, int, int, int, int]:
-        """[1, T, C, H, W] of the latent the transformer was configured for."""
+    def motion_scope(self, level: int) -> float:
+        """The motion-scope value of motion level `level` (1..5), from the transformer's table."""
+        return motion_scope(self.transformer, level)
+
+    def latent_shape(self, batch_size: int = 1) -> tuple[int, int, int, int, int]:
+        """[B, T, C, H, W] of the latent the transformer was configured for."""
         config = self.transformer.config
         frames = (config.sample_frames - 1) // config.temporal_compression_ratio + 1
-        return (1, frames, config.in_channels, config.sample_height, config.sample_width)
+        return (batch_size, frames, config.in_channels, config.sample_height, config.sample_width)
 
-    def initial_latents(self, generator: torch.Generator) -> torch.Tensor:
-        """fp32 standard normal noise, drawn on the generator's device then moved."""
-        noise = torch.randn(self.latent_shape(), generator=generator, device=generator.device)
-        return noise.to(self.device)
+    @torch.no_grad()
+    def encode_shot(
+        self, frames: np.ndarray | torch.Tensor, motion_text: str | Sequence[str]
+    ) -> torch.Tensor:
+        """A shot's representation [B, 226, D] from its frames and motion description: the
+        paper's reconstruction path (E_a, then this pipeline renders it).
 
-    def predict_fn(self, representation: torch.Tensor, scope: float) -> PredictFn:
-        """The network on the [uncond, cond] batch, both rows at motion scope `scope`."""
-        uncond = self.transformer.uncond_representation[None]
-        context = torch.cat([uncond, representation.to(uncond)], dim=0)
-        ofs = torch.full((2,), scope, device=self.device, dtype=torch.float32)
+        Args:
+            frames: uint8 [B, F, H, W, 3] (or [B, H, W, 3] first frames), or float
+                [B, F, 3, H, W] / [B, 3, H, W] in [0, 1]; only the first frame is used.
+            motion_text: the "adverb + verb phrase" of each shot ("softly talk"), or one for all.
+        """
+        missing = [
+            name
+            for name in ("shot_encoder", "image_encoder", "text_encoder", "tokenizer")
+            if getattr(self, name, None) is None
+        ]
+        if missing:
+            raise ValueError(f"encode_shot needs the pipeline's {', '.join(missing)}")
+        first = frames[:, 0] if frames.ndim == 5 else frames
+        texts = [motion_text] if isinstance(motion_text, str) else list(motion_text)
+        if len(texts) == 1:
+            texts *= first.shape[0]
+        if len(texts) != first.shape[0]:
+            raise ValueError(f"{len(texts)} motion texts for {first.shape[0]} shots")
+        image = image_features(self.image_encoder, clip_pixel_values(first))
+        text = text_features(self.text_encoder, self.tokenizer, texts)
+        device = self.shot_encoder.device
+        return self.shot_encoder.project(text.to(device), image.to(device))
+
+    def check_inputs(
+        self,
+        representation: object,
+        motion_level: int | Sequence[int],
+        num_inference_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator | list[torch.Generator] | None,
+        latents: torch.Tensor | None,
+        output_type: str,
+        callback_on_step_end_tensor_inputs: Sequence[str],
+    ) -> list[float]:
+        """Raise ValueError on any bad argument, before any work; returns the motion scopes."""
+        expected = (REPRESENTATION_TOKENS, self.representation_dim)
+        if not isinstance(representation, torch.Tensor) or (
+            representation.ndim != 3
+            or representation.shape[0] < 1
+            or tuple(representation.shape[1:]) != expected
+        ):
+            got = tuple(getattr(representation, "shape", ())) or type(representation).__name__
+            raise ValueError(f"representation must be [B, {expected[0]}, {expected[1]}], got {got}")
+        batch_size = representation.shape[0]
+        levels = list(motion_level) if isinstance(motion_level, Sequence) else [motion_level]
+        if len(levels) == 1:
+            levels *= batch_size
+        if len(levels) != batch_size:
+            raise ValueError(f"motion_level needs 1 or {batch_size} levels, got {len(levels)}")
+        scopes = [self.motion_scope(level) for level in levels]
+        if not _is_int(num_inference_steps):
+            raise ValueError(f"num_inference_steps must be an int, got {num_inference_steps!r}")
+        if num_inference_steps < 1:
+            raise ValueError(f"num_inference_steps must be at least 1, got {num_inference_steps}")
+        if not math.isfinite(guidance_scale) or guidance_scale < 0:
+            raise ValueError(f"guidance_scale must be a finite number >= 0, got {guidance_scale}")
+        if isinstance(generator, list) and len(generator) != batch_size:
+            raise ValueError(f"{len(generator)} generators for a batch of {batch_size}")
+        if latents is not None and tuple(latents.shape) != self.latent_shape(batch_size):
+            raise ValueError(
+                f"latents must be {self.latent_shape(batch_size)}, got {tuple(latents.shape)}"
+            )
+        if output_type not in OUTPUT_TYPES:
+            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        allowed = self._callback_tensor_inputs
+        unknown = [k for k in callback_on_step_end_tensor_inputs if k not in allowed]
+        if unknown:
+            raise ValueError(
+                f"callback_on_step_end_tensor_inputs must be in {self._callback_tensor_inputs}, "
+                f"got {unknown}"
+            )
+        return scopes
+
+    def prepare_latents(
+        self,
+        batch_size: int,
+        device: torch.device,
+        generator: torch.Generator | list[torch.Generator] | None,
+        latents: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The initial fp32 noise: drawn with `generator` on its own device, then moved."""
+        if latents is None:
+            shape = self.latent_shape(batch_size)
+            latents = randn_tensor(shape, generator=generator, device=device, dtype=torch.float32)
+        return latents.to(device=device, dtype=torch.float32) * self.scheduler.init_noise_sigma
+
+    def predict_fn(
+        self, representation: torch.Tensor, scopes: Sequence[float], device: torch.device
+    ) -> PredictFn:
+        """The transformer on the [uncond, cond] batch; each shot's scope goes to both its rows."""
+        transformer = self.transformer
+        uncond = transformer.uncond_representation.to(device=device, dtype=transformer.dtype)
+        cond = representation.to(uncond)
+        context = torch.cat([uncond.expand_as(cond), cond])
+        ofs = torch.tensor([*scopes, *scopes], device=device, dtype=torch.float32)
 
         def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
-            return self.transformer(
-                hidden_states=latents.to(self.dtype).expand(2, -1, -1, -1, -1),
-                encoder_hidden_states=context,
-                timestep=timestep.reshape(1).expand(2).to(self.device),
-                ofs=ofs,
-                return_dict=False,
-            )[0]
+            hidden_states = torch.cat([latents, latents]).to(transformer.dtype)
+            with transformer.cache_context("cond_uncond"):
+                return transformer(
+                    hidden_states=hidden_states,
+                    encoder_hidden_states=context,
+                    timestep=timestep.reshape(1).expand(hidden_states.shape[0]).to(device),
+                    ofs=ofs,
+                    return_dict=False,
+                )[0]
 
         return predict
 
-    @torch.no_grad()
-    def sample(
-        self,
-        representation: torch.Tensor,
-        motion_level: int,
-        num_inference_steps: int = DEFAULT_STEPS,
-        guidance_scale: float = DEFAULT_GUIDANCE,
-        generator: torch.Generator | int | None = None,
-        callback: ProgressCallback | None = None,
-    ) -> torch.Tensor:
-        """The denoised fp32 latent [1, T, C, H, W] (before the VAE)."""
-        expected = (1, REPRESENTATION_TOKENS, self.representation_dim)
-        if tuple(representation.shape) != expected:
-            got = tuple(representation.shape)
-            raise ValueError(f"representation must be {expected}, got {got}")
-        if not isinstance(generator, torch.Generator):
-            seeded = torch.Generator("cpu")
-            if generator is None:
-                seeded.seed()
-            else:
-                seeded.manual_seed(int(generator))
-            generator = seeded
-        scope = motion_scope(self.transformer, motion_level)
-        # a scheduler of its own: `set_timesteps` mutates it, and turns may run concurrently
-        scheduler = CogVideoXDPMScheduler.from_config(self.scheduler.config)
-        return sample_latents(
-            scheduler,
-            self.predict_fn(representation.to(self.device), scope),
-            self.initial_latents(generator),
-            num_inference_steps=num_inference_steps,
-            guidance_scale=guidance_scale,
-            generator=generator,
-            callback=callback,
-        )
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents [B, T, C, H, W] → video [B, 3, F, H, W] in [-1, 1], in the VAE's dtype.
 
+        The VAE decodes 2 latent frames at a time (the first call takes 3): 5 latent frames → 17.
+        """
+        z = latents.permute(0, 2, 1, 3, 4) / self.vae.config.scaling_factor
+        return self.vae.decode(z.to(device=self._execution_device, dtype=self.vae.dtype)).sample
+
+    @staticmethod
+    def postprocess_video(video: torch.Tensor, output_type: str) -> np.ndarray | torch.Tensor:
+        """VAE output [B, 3, F, H, W] → `"pt"` float [B, F, 3, H, W] in [0, 1], or `"np"` uint8
+        [B, F, H, W, 3] (truncating, as the release did)."""
+        video = ((video.float() + 1.0) / 2.0).clamp(0.0, 1.0)
+        if output_type == "pt":
+            return video.permute(0, 2, 1, 3, 4)
+        return (255.0 * video).to(torch.uint8).permute(0, 2, 3, 4, 1).cpu().numpy()
+
+    @overload
     def __call__(
         self,
         representation: torch.Tensor,
-        motion_level: int,
+        motion_level: int | Sequence[int],
+        num_inference_steps: int = ...,
+        guidance_scale: float = ...,
+        generator: torch.Generator | list[torch.Generator] | None = ...,
+        latents: torch.Tensor | None = ...,
+        output_type: str = ...,
+        return_dict: Literal[True] = ...,
+        callback_on_step_end: StepEndCallback | None = ...,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ...,
+    ) -> AnimeGamerPipelineOutput: ...
+
+    @overload
+    def __call__(
+        self,
+        representation: torch.Tensor,
+        motion_level: int | Sequence[int],
+        num_inference_steps: int = ...,
+        guidance_scale: float = ...,
+        generator: torch.Generator | list[torch.Generator] | None = ...,
+        latents: torch.Tensor | None = ...,
+        output_type: str = ...,
+        *,
+        return_dict: Literal[False],
+        callback_on_step_end: StepEndCallback | None = ...,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ...,
+    ) -> tuple[np.ndarray | torch.Tensor]: ...
+
+    @overload
+    def __call__(
+        self,
+        representation: torch.Tensor,
+        motion_level: int | Sequence[int],
+        num_inference_steps: int = ...,
+        guidance_scale: float = ...,
+        generator: torch.Generator | list[torch.Generator] | None = ...,
+        latents: torch.Tensor | None = ...,
+        output_type: str = ...,
+        return_dict: bool = ...,
+        callback_on_step_end: StepEndCallback | None = ...,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ...,
+    ) -> AnimeGamerPipelineOutput | tuple[np.ndarray | torch.Tensor]: ...
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        representation: torch.Tensor,
+        motion_level: int | Sequence[int],
         num_inference_steps: int = DEFAULT_STEPS,
         guidance_scale: float = DEFAULT_GUIDANCE,
-        generator: torch.Generator | int | None = None,
-        callback: ProgressCallback | None = None,
-    ) -> np.ndarray:
-        """uint8 frames [F, H, W, 3] of the shot for `representation` [1, 226, D]."""
-        latents = self.sample(
+        generator: torch.Generator | list[torch.Generator] | None = None,
+        latents: torch.Tensor | None = None,
+        output_type: str = "np",
+        return_dict: bool = True,
+        callback_on_step_end: StepEndCallback | None = None,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ("latents",),
+    ) -> AnimeGamerPipelineOutput | tuple[np.ndarray | torch.Tensor]:
+        """Render the shots of `representation`.
+
+        Args:
+            representation: [B, 226, D] from the game-state model (D: `representation_dim`).
+            motion_level: the motion level 1..5 of every shot, or one per shot; mapped to the
+                motion scope by the transformer's table.
+            num_inference_steps: denoising steps (the release: 50).
+            guidance_scale: `g` of the dynamic classifier-free guidance
+                `1 + g·(1 − cos(π·((N − t)/N)⁵))/2` at timestep t of N steps (the release: 6).
+            generator: the noise's torch generator (or one per shot); the initial noise is drawn
+                on its device, fp32, and the scheduler's noise comes from it too.
+            latents: initial noise [B, T, C, H, W] to use instead of drawing it.
+            output_type: `"np"` (uint8 frames), `"pt"` (float frames) or `"latent"`; see
+                `AnimeGamerPipelineOutput`.
+            return_dict: return an `AnimeGamerPipelineOutput` rather than a 1-tuple.
+            callback_on_step_end: called after every denoising step as
+                `callback_on_step_end(self, i, t, callback_kwargs)` with the tensors named in
+                `callback_on_step_end_tensor_inputs`; may return replacements for them.
+            callback_on_step_end_tensor_inputs: tensors passed to the callback (`"latents"`).
+
+        Returns:
+            `AnimeGamerPipelineOutput` with `frames`, or `(frames,)` if `return_dict` is False.
+        """
+        if isinstance(callback_on_step_end, PipelineCallback | MultiPipelineCallbacks):
+            callback_on_step_end_tensor_inputs = callback_on_step_end.tensor_inputs
+        scopes = self.check_inputs(
             representation,
             motion_level,
-            num_inference_steps=num_inference_steps,
-            guidance_scale=guidance_scale,
-            generator=generator,
-            callback=callback,
+            num_inference_steps,
+            guidance_scale,
+            generator,
+            latents,
+            output_type,
+            callback_on_step_end_tensor_inputs,
         )
-        return decode_latents(self.vae, latents)
+        self._num_timesteps = num_inference_steps
+        self._guidance_scale = guidance_scale
+        device = self._execution_device
+        latents = self.prepare_latents(representation.shape[0], device, generator, latents)
+        predict = self.predict_fn(representation.to(device), scopes, device)
+        # a scheduler of this call's own: `set_timesteps` mutates it, and turns may overlap
+        scheduler = type(self.scheduler).from_config(self.scheduler.config)
+
+        with self.progress_bar(total=num_inference_steps) as progress_bar:
+
+            def step_end(i: int, t: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+                if callback_on_step_end is not None:
+                    tensors = {"latents": latents}
+                    callback_kwargs = {k: tensors[k] for k in callback_on_step_end_tensor_inputs}
+                    outputs = callback_on_step_end(self, i, t, callback_kwargs) or {}
+                    latents = outputs.pop("latents", latents)
+                progress_bar.update()
+                return latents
+
+            latents = sample_latents(
+                scheduler,
+                predict,
+                latents,
+                num_inference_steps=num_inference_steps,
+                guidance_scale=guidance_scale,
+                generator=generator,
+                step_end=step_end,
+            )
+
+        frames: np.ndarray | torch.Tensor
+        if output_type == "latent":
+            frames = latents
+        else:
+            frames = self.postprocess_video(self.decode_latents(latents), output_type)
+        self.maybe_free_model_hooks()
+        if not return_dict:
+            return (frames,)
+        return AnimeGamerPipelineOutput(frames=frames)
+
+
+StepEndCallback = (
+    Callable[[AnimeGamerPipeline, int, torch.Tensor, dict], dict]
+    | PipelineCallback
+    | MultiPipelineCallbacks
+)
+"""`callback_on_step_end` of `AnimeGamerPipeline.__call__`: a function
+`(pipeline, i, t, callback_kwargs) -> replacements`, or a diffusers `PipelineCallback`."""
+
+
+AnimeGamerDecoder = AnimeGamerPipeline
+"""The name this pipeline had before it became a `DiffusionPipeline`."""
+
+_PIPELINE_COMPONENTS: dict[str, type] = {
+    "scheduler": CogVideoXDPMScheduler,
+    "shot_encoder": AnimeGamerShotEncoder,
+    "transformer": AnimeGamerTransformer3DModel,
+    "vae": AutoencoderKLCogVideoX,
+}
+"""The components a character folder holds (the towers come from their own repos)."""
+
+
+def write_model_index(out: str | Path) -> Path:
+    """Write `out/model_index.json`, as `AnimeGamerPipeline.save_pretrained` would, so that a
+    folder holding `transformer/`, `vae/` and `scheduler/` (and `shot_encoder/` where it has
+    one) loads as the pipeline; returns it. The towers are listed empty: `from_pretrained`
+    takes them as arguments."""
+    index: dict[str, object] = {
+        "_class_name": AnimeGamerPipeline.__name__,
+        "_diffusers_version": diffusers.__version__,
+    }
+    for name in AnimeGamerPipeline._optional_components:
+        index[name] = [None, None]
+    for name, cls in _PIPELINE_COMPONENTS.items():
+        if name not in AnimeGamerPipeline._optional_components or (Path(out) / name).is_dir():
+            index[name] = list(_fetch_class_library_tuple(cls))
+    target = Path(out) / AnimeGamerPipeline.config_name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return target

@@ -1,20 +1,28 @@
-"""The game-state model: a stock `MistralForCausalLM` plus two MLP resamplers.
+"""The game-state model: a causal language model (stock `MistralForCausalLM`) plus two MLP
+resamplers, as one `transformers.PreTrainedModel` (the Llava pattern).
 
-`represent` runs one forward pass over the prompt with a bidirectional query block and maps the
-last 226 hidden states through the output resampler: that is the next shot's representation.
-`predict_states` generates the state tokens greedily with the release's frame-token rule.
+One forward pass over the prompt, with a bidirectional query block, gives the next shot's
+representation (`GameStateConfig.representation_source` says which hidden states feed the output
+resampler); greedy generation with the release's frame-token rule gives the state tokens.
 History representations enter through the input resampler at the history frame blocks.
+
+Its folder is a character folder's game-state part: `llm/` (loadable by
+`AutoModelForCausalLM`), `resamplers.safetensors`, `tokenizer/` and `game_state_config.json`.
+`save_pretrained` writes exactly that, the converter writes it from a release, and
+`from_pretrained` reads it (also without `game_state_config.json`, as converted before).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import (
     AutoModelForCausalLM,
@@ -23,22 +31,36 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import ModelOutput
 
+from animegamer.game import Instruction
+from animegamer.models.game_state_config import GameStateConfig
+from animegamer.models.game_state_defaults import LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER
+from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.tokens import (
     EOS_ID,
     FRAME0_ID,
     FRAME_END_ID,
     FRAME_ID,
-    NUM_QUERY_TOKENS,
     STATE_TOKENS_GENERATED,
     GameStates,
+    HistoryTurn,
     Prompt,
     attention_mask_4d,
+    build_prompt,
     load_tokenizer,
     parse_state_ids,
 )
 
-__all__ = ["FrameTokenRule", "GameStateModel", "GameStates", "build_resampler"]
+__all__ = [
+    "FrameTokenRule",
+    "GameStateConfig",
+    "GameStateModel",
+    "GameStateOutput",
+    "GameStates",
+    "PlayedTurn",
+    "Resampler",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +68,7 @@ RELEASE_MAX_NEW_TOKENS = 200
 """What the released demo generates; the states are in the first `STATE_TOKENS_GENERATED`."""
 GENERATED_FRAME_TOKENS = 100
 """Frame tokens the release's generation rule knows (`<frame_00000>`..`<frame_00099>`)."""
+RESAMPLER_NAMES = ("input_resampler", "output_resampler")
 
 
 class FrameTokenRule(LogitsProcessor):
@@ -72,64 +95,159 @@ class FrameTokenRule(LogitsProcessor):
         return scores
 
 
-def build_resampler(in_features: int, out_features: int) -> nn.Sequential:
-    """`Linear(in, out) → GELU → Linear(out, out)`; keys `proj.{0,2}.*` under a prefix."""
-    return nn.Sequential(
-        nn.Linear(in_features, out_features), nn.GELU(), nn.Linear(out_features, out_features)
-    )
+class Resampler(nn.Module):
+    """`Linear(in, out) → GELU → Linear(out, out)`, parameters `proj.{0,2}.*` (release names)."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.proj = nn.Sequential(
+            nn.Linear(in_features, out_features), nn.GELU(), nn.Linear(out_features, out_features)
+        )
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden)
 
 
-def _load_resampler(tensors: dict[str, torch.Tensor], name: str) -> nn.Sequential:
-    first = tensors[f"{name}.proj.0.weight"]
-    resampler = build_resampler(first.shape[1], first.shape[0])
-    prefix = f"{name}.proj."
-    resampler.load_state_dict(
-        {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
-    )
-    return resampler
+class PlayedTurn(Protocol):
+    """A past turn as `predict` reads it (`game.Turn` is one): its instruction and its states."""
+
+    @property
+    def instruction(self) -> Instruction | str: ...
+
+    @property
+    def states(self) -> GameStates: ...
 
 
-class GameStateModel:
-    """The MLLM of a converted character folder (`llm/`, `resamplers.safetensors`, `tokenizer/`)."""
+@dataclass
+class GameStateOutput(ModelOutput):
+    """`forward`'s output: the representation [1, 226, D], the LM logits and, given labels, the
+    causal-LM loss."""
 
-    def __init__(self, llm: PreTrainedModel, input_resampler: nn.Module,
-                 output_resampler: nn.Module, tokenizer: PreTrainedTokenizerFast):
-        self.llm = llm.eval()
-        param = next(llm.parameters())
-        self.input_resampler = input_resampler.to(param.device, param.dtype).eval()
-        self.output_resampler = output_resampler.to(param.device, param.dtype).eval()
-        self.tokenizer = tokenizer
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    representation: torch.Tensor | None = None
+
+
+def _text(instruction: Instruction | str) -> str:
+    return instruction if isinstance(instruction, str) else instruction.text
+
+
+class GameStateModel(PreTrainedModel):
+    """The MLLM of a character: `language_model`, `input_resampler`, `output_resampler`, and the
+    tokenizer (`tokenizer`, not a module: set by `from_pretrained`, saved by `save_pretrained`).
+
+    Prompts are single sequences (`input_ids` [1, L] or [L]).
+    """
+
+    config_class = GameStateConfig
+    config: GameStateConfig
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def __init__(self, config: GameStateConfig, language_model: PreTrainedModel | None = None):
+        """`language_model` (already built or loaded) stands in for a fresh one from
+        `config.text_config`: loading a 7B model must not initialise one first."""
+        super().__init__(config)
+        self.language_model: PreTrainedModel = (
+            language_model if language_model is not None
+            else AutoModelForCausalLM.from_config(config.text_config)
+        )
+        hidden = config.get_text_config().hidden_size
+        self.input_resampler = Resampler(config.representation_dim, hidden)
+        self.output_resampler = Resampler(hidden, config.representation_dim)
+        self.tokenizer: PreTrainedTokenizerFast | None = None
+        self._offload_hook: Any = None
+        self.post_init()
+        if language_model is not None:
+            self.input_resampler.to(language_model.device, language_model.dtype)
+            self.output_resampler.to(language_model.device, language_model.dtype)
+
+    # ---- loading and saving: the character-folder layout ----
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
-                        dtype: torch.dtype = torch.float32) -> GameStateModel:
-        """Load a converted folder; bf16 on GPU, fp32 on CPU; SDPA attention."""
-        path = Path(path)
-        llm = AutoModelForCausalLM.from_pretrained(
-            path / "llm", dtype=dtype, attn_implementation="sdpa",
+    def from_pretrained(  # type: ignore[override]
+        cls,
+        pretrained_model_name_or_path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        *,
+        attn_implementation: str = "sdpa",
+    ) -> GameStateModel:
+        """Load a character folder (see the module docstring); bf16 on GPU, fp32 on CPU."""
+        path = Path(pretrained_model_name_or_path)
+        language_model = AutoModelForCausalLM.from_pretrained(
+            path / LLM_FOLDER, dtype=dtype, attn_implementation=attn_implementation,
             device_map={"": torch.device(device)},
         )
-        tensors = load_file(path / "resamplers.safetensors")
-        return cls(llm, _load_resampler(tensors, "input_resampler"),
-                   _load_resampler(tensors, "output_resampler"), load_tokenizer(path / "tokenizer"))
+        tensors = load_file(path / RESAMPLERS_NAME)
+        config = GameStateConfig.from_layout(
+            path, language_model.config,
+            representation_dim=tensors["output_resampler.proj.2.weight"].shape[0],
+        )
+        model = cls(config, language_model=language_model)
+        model.load_resamplers(tensors)
+        model.tokenizer = load_tokenizer(path / TOKENIZER_FOLDER)
+        return model.eval()
 
-    def to(self, device: str | torch.device) -> GameStateModel:
-        """Move the LLM and both resamplers (the engine's low-VRAM offloading)."""
-        for module in (self.llm, self.input_resampler, self.output_resampler):
-            module.to(device)
-        return self
+    def save_pretrained(  # type: ignore[override]
+        self,
+        save_directory: str | Path,
+        *,
+        is_main_process: bool = True,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        max_shard_size: int | str = "5GB",
+    ) -> None:
+        """Write the character-folder layout that `from_pretrained` reads.
+
+        `state_dict` (e.g. gathered by accelerate from a sharded run) replaces the model's own.
+        """
+        if not is_main_process:
+            return
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = dict(self.state_dict() if state_dict is None else state_dict)
+        prefix = "language_model."
+        self.language_model.save_pretrained(
+            directory / LLM_FOLDER, max_shard_size=max_shard_size,
+            state_dict={k.removeprefix(prefix): v for k, v in state.items()
+                        if k.startswith(prefix)},
+        )
+        resamplers = {k: v.detach().contiguous() for k, v in state.items()
+                      if k.startswith(RESAMPLER_NAMES)}
+        save_file(resamplers, directory / RESAMPLERS_NAME, metadata={"format": "pt"})
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory / TOKENIZER_FOLDER)
+        self.config.write_layout_file(directory)
+
+    def load_resamplers(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Load both resamplers from release-named tensors (`input_resampler.proj.0.weight`, …);
+        exactly their keys, at their shapes, or ValueError/RuntimeError."""
+        expected = {k for k in self.state_dict() if k.startswith(RESAMPLER_NAMES)}
+        if set(tensors) != expected:
+            raise ValueError(f"resampler tensors {sorted(tensors)} are not {sorted(expected)}")
+        self.load_state_dict(dict(tensors), strict=False)
+
+    # ---- transformers plumbing ----
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.language_model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.language_model.set_input_embeddings(value)
 
     @property
-    def device(self) -> torch.device:
-        return next(self.llm.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.llm.parameters()).dtype
+    def llm(self) -> PreTrainedModel:
+        """The language model (the name before it became a submodule)."""
+        return self.language_model
 
     @property
     def representation_dim(self) -> int:
-        return self.output_resampler[2].out_features
+        return self.config.representation_dim
+
+    # ---- the network ----
 
     def embed_prompt(
         self, input_ids: torch.Tensor, history_representations: Sequence[torch.Tensor]
@@ -139,36 +257,67 @@ class GameStateModel:
         if len(prompt.history_blocks) != len(history_representations):
             raise ValueError(f"prompt has {len(prompt.history_blocks)} history blocks but "
                              f"{len(history_representations)} representations were given")
-        embeds = self.llm.get_input_embeddings()(prompt.input_ids)
+        embeds = self.get_input_embeddings()(prompt.input_ids)
         if history_representations:
-            stacked = torch.stack([r.reshape(NUM_QUERY_TOKENS, -1)
+            stacked = torch.stack([r.reshape(REPRESENTATION_TOKENS, -1)
                                    for r in history_representations])
             projected = self.input_resampler(stacked.to(self.device, self.dtype))
             for block, vectors in zip(prompt.history_blocks, projected, strict=True):
                 embeds[0, block] = vectors
         return prompt, embeds
 
-    @torch.inference_mode()
-    def represent(self, input_ids: torch.Tensor,
-                  history_representations: Sequence[torch.Tensor] = ()) -> torch.Tensor:
-        """The next shot's representation [1, 226, D].
+    def representation_positions(self, prompt: Prompt) -> slice:
+        """Where the representation is read: the last 226 positions (`last_226`, the release at
+        play time) or the target turn's frame queries (`queries`, as trained)."""
+        if self.config.representation_source == "queries":
+            return prompt.query_block
+        return slice(prompt.length - REPRESENTATION_TOKENS, prompt.length)
 
-        Like the release: the LAST 226 positions (frames 3..225, `</frame></img><ML>`), not the
-        query block itself, are fed to the output resampler.
-        """
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        history_representations: Sequence[torch.Tensor] = (),
+        labels: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+    ) -> GameStateOutput:
+        """One pass over a prompt (or a training sequence: prompt + the target's state tokens),
+        the query block bidirectional (`tokens.attention_mask_4d`); `labels` (-100 = ignored)
+        give the causal-LM loss. `logits_to_keep`: logits of the last N positions only (0: all,
+        as the loss needs)."""
         prompt, embeds = self.embed_prompt(input_ids, history_representations)
         mask = attention_mask_4d(prompt, self.dtype, self.device)
-        hidden = self.llm.model(inputs_embeds=embeds, attention_mask=mask,
-                                use_cache=False).last_hidden_state
-        return self.output_resampler(hidden[:, -NUM_QUERY_TOKENS:])
+        hidden = self.language_model.model(
+            inputs_embeds=embeds, attention_mask=mask, use_cache=False
+        ).last_hidden_state
+        logits = self.language_model.lm_head(hidden[:, -logits_to_keep:])
+        loss = None
+        if labels is not None:
+            loss = self.language_model.loss_function(
+                logits=logits, labels=labels.reshape(1, -1).to(logits.device),
+                vocab_size=self.config.get_text_config().vocab_size,
+            )
+        representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
+        return GameStateOutput(loss=loss, logits=logits, representation=representation)
 
-    @torch.inference_mode()
+    @torch.no_grad()
+    def represent(self, input_ids: torch.Tensor,
+                  history_representations: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+        """The next shot's representation [1, 226, D], read where `representation_source` says.
+
+        With the release's `last_226`, the LAST 226 positions (frames 3..225,
+        `</frame></img><ML>`), not the query block itself, feed the output resampler.
+        """
+        return self(input_ids, history_representations, logits_to_keep=1).representation
+
+    @torch.no_grad()
     def generate_state_ids(self, input_ids: torch.Tensor,
                            history_representations: Sequence[torch.Tensor] = (),
                            max_new_tokens: int = RELEASE_MAX_NEW_TOKENS) -> torch.Tensor:
         """Greedy continuation of the prompt (ids after `<ML>`), stopping at EOS."""
         prompt, embeds = self.embed_prompt(input_ids, history_representations)
-        output = self.llm.generate(
+        # A causal LM's `GenerationMixin.generate`: `PreTrainedModel` does not declare it, and
+        # transformers types its `self` with a Protocol that its own models fail under mypy.
+        output = self.language_model.generate(  # type: ignore[operator]
             input_ids=prompt.input_ids,
             inputs_embeds=embeds,
             attention_mask=torch.ones_like(prompt.input_ids),
@@ -194,3 +343,49 @@ class GameStateModel:
             logger.warning("malformed state tokens %s; using zeros", generated.tolist())
             return GameStates()
         return states
+
+    def predict(
+        self,
+        history: Iterable[tuple[PlayedTurn, torch.Tensor]],
+        instruction: Instruction | str,
+    ) -> tuple[torch.Tensor, GameStates]:
+        """The next turn: its representation [1, 226, D] and its states.
+
+        `history`: the window's past turns, oldest first, each with its representation [226, D]
+        (an empty history is the release's window 1). The prompt is built once, here. In
+        low-VRAM mode (`enable_model_cpu_offload`) the weights are on the device only meanwhile.
+        """
+        if self.tokenizer is None:
+            raise ValueError("this GameStateModel has no tokenizer (set `.tokenizer`)")
+        turns, representations = [], []
+        for turn, representation in history:
+            turns.append(HistoryTurn(_text(turn.instruction), turn.states))
+            representations.append(representation)
+        prompt = build_prompt(self.tokenizer, turns, _text(instruction))
+        try:
+            # `represent` runs `forward` (whose offload hook moves the weights) before generation.
+            representation = self.represent(prompt.input_ids, representations)
+            states = self.predict_states(prompt.input_ids, representations)
+        finally:
+            self.offload()
+        return representation, states
+
+    # ---- low-VRAM mode ----
+
+    def enable_model_cpu_offload(self, device: str | torch.device = "cuda") -> None:
+        """Low-VRAM mode, with accelerate's hook (as a diffusers pipeline's
+        `enable_model_cpu_offload`): the weights stay in CPU memory, the first forward of
+        `predict` moves them to `device`, and `predict` moves them back when it is done."""
+        from accelerate import cpu_offload_with_hook
+
+        if self._offload_hook is None:
+            _, self._offload_hook = cpu_offload_with_hook(self, execution_device=device)
+
+    def offload(self) -> None:
+        """In low-VRAM mode, move the weights back to CPU memory now (a no-op otherwise)."""
+        if self._offload_hook is None:
+            return
+        from accelerate.utils.memory import clear_device_cache
+
+        self._offload_hook.offload()
+        clear_device_cache()

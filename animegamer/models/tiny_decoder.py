@@ -1,6 +1,6 @@
 """Tiny random-weight decoders for tests and the preview engine (no download, CPU-fast).
 
-`save_tiny_decoder` writes the project layout (transformer/, vae/, scheduler/) directly;
+`save_tiny_decoder` writes the project layout (model_index.json, transformer/, vae/, scheduler/);
 `write_tiny_decoder_release` writes the *release* (SAT/DeepSpeed) layout that the converter reads,
 from `sat_decoder_state_dict`, which also builds full-size key lists on the `meta` device.
 """
@@ -11,21 +11,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from diffusers import AutoencoderKLCogVideoX
+
+# From their defining modules, as in animegamer.models.decoder (typed classes, not placeholders).
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 from diffusers.models.embeddings import get_3d_sincos_pos_embed
+from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 
 from animegamer.models.decoder import (
     DEFAULT_MOTION_SCOPES,
     REPRESENTATION_TOKENS,
+    AnimeGamerPipeline,
     AnimeGamerTransformer3DModel,
-    save_scheduler,
+    scheduler_config,
+)
+from animegamer.models.decoder_defaults import (
+    DEFAULT_LATENT_SIZE,
+    DEFAULT_SAMPLE_FRAMES,
+    RELEASE_CHECKPOINT_NAME,
+    SAT_PREFIX,
 )
 
 TINY_LATENT_SIZE = (8, 12)
-TINY_FRAMES = 17
 TINY_HEAD_DIM = 32
-CHECKPOINT_NAME = "mp_rank_00_model_states.pt"
-SAT_PREFIX = "model.diffusion_model."
 
 
 @dataclass(frozen=True)
@@ -36,8 +43,8 @@ class SatDecoderSizes:
     hidden: int = 1920
     heads: int = 30
     time_embed_dim: int = 512
-    latent_size: tuple[int, int] = (60, 90)
-    sample_frames: int = 17
+    latent_size: tuple[int, int] = DEFAULT_LATENT_SIZE
+    sample_frames: int = DEFAULT_SAMPLE_FRAMES
     in_channels: int = 16
     patch: int = 2
     lora_r: int = 64
@@ -154,7 +161,7 @@ def write_tiny_decoder_release(
     (directory / "1").mkdir(parents=True, exist_ok=True)
     (directory / "latest").write_text("1")
     checkpoint = {"module": sat_decoder_state_dict(sizes, seed)}
-    torch.save(checkpoint, directory / "1" / CHECKPOINT_NAME)
+    torch.save(checkpoint, directory / "1" / RELEASE_CHECKPOINT_NAME)
     return directory
 
 
@@ -169,7 +176,7 @@ def tiny_transformer_config(representation_dim: int = 64) -> dict:
         "num_layers": 2,
         "sample_height": height,
         "sample_width": width,
-        "sample_frames": TINY_FRAMES,
+        "sample_frames": DEFAULT_SAMPLE_FRAMES,
         "motion_scopes": list(DEFAULT_MOTION_SCOPES),
     }
 
@@ -187,15 +194,19 @@ def tiny_vae() -> AutoencoderKLCogVideoX:
     )
 
 
-def save_tiny_decoder(out: Path, representation_dim: int = 64, seed: int = 0) -> Path:
-    """Write transformer/, vae/ and scheduler/ of a random decoder: 5×8×12 latent → 17×64×96."""
-    out = Path(out)
+def tiny_pipeline(representation_dim: int = 64, seed: int = 0) -> AnimeGamerPipeline:
+    """A random decoder pipeline: 5×8×12 latent → 17 frames of 64×96."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         transformer = AnimeGamerTransformer3DModel(**tiny_transformer_config(representation_dim))
         transformer.uncond_representation.normal_()
         vae = tiny_vae()
-    transformer.save_pretrained(out / "transformer")
-    vae.save_pretrained(out / "vae")
-    save_scheduler(out)
+    return AnimeGamerPipeline(transformer, vae, CogVideoXDPMScheduler(**scheduler_config()))
+
+
+def save_tiny_decoder(out: Path, representation_dim: int = 64, seed: int = 0) -> Path:
+    """Write `tiny_pipeline` as a pipeline folder: model_index.json, transformer/, vae/ and
+    scheduler/ (the project layout's decoder part); returns `out`."""
+    out = Path(out)
+    tiny_pipeline(representation_dim, seed).save_pretrained(out)
     return out

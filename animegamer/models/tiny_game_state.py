@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from transformers import LlamaTokenizer, MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
 
-from animegamer.models.game_state import build_resampler
+from animegamer.models.game_state import GameStateConfig, GameStateModel, Resampler
 from animegamer.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE, add_animegamer_tokens
 
 TINY_LORA_RANK = 32
-TINY_ARCHITECTURE = {
+TINY_ARCHITECTURE: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
@@ -71,21 +71,32 @@ def _seeded_model(config: MistralConfig, seed: int) -> MistralForCausalLM:
 def _resampler_tensors(hidden: int, representation_dim: int, seed: int) -> dict[str, torch.Tensor]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 1)
-        modules = {"input_resampler": build_resampler(representation_dim, hidden),
-                   "output_resampler": build_resampler(hidden, representation_dim)}
-    return {f"{name}.proj.{key}": value.detach().contiguous()
+        modules = {"input_resampler": Resampler(representation_dim, hidden),
+                   "output_resampler": Resampler(hidden, representation_dim)}
+    return {f"{name}.{key}": value.detach().contiguous()
             for name, module in modules.items() for key, value in module.state_dict().items()}
+
+
+def tiny_game_state_model(representation_dim: int = 64, seed: int = 0,
+                          **config: Any) -> GameStateModel:
+    """A random game-state model with the tiny tokenizer, in memory; `config` sets
+    `GameStateConfig` fields (e.g. `representation_source`)."""
+    llm = _seeded_model(tiny_mistral_config(), seed)
+    with torch.random.fork_rng(devices=[]):
+        model = GameStateModel(
+            GameStateConfig(text_config=llm.config, representation_dim=representation_dim,
+                            **config),
+            language_model=llm,
+        )
+    model.load_resamplers(_resampler_tensors(llm.config.hidden_size, representation_dim, seed))
+    model.tokenizer = build_tiny_tokenizer()
+    return model.eval()
 
 
 def save_tiny_game_state(out: Path, representation_dim: int = 64, seed: int = 0) -> Path:
     """Write a random game-state model in the project layout (llm/, resamplers, tokenizer/)."""
-    out = Path(out)
-    model = _seeded_model(tiny_mistral_config(), seed)
-    model.save_pretrained(out / "llm")
-    save_file(_resampler_tensors(model.config.hidden_size, representation_dim, seed),
-              out / "resamplers.safetensors", metadata={"format": "pt"})
-    build_tiny_tokenizer().save_pretrained(out / "tokenizer")
-    return out
+    tiny_game_state_model(representation_dim, seed).save_pretrained(out)
+    return Path(out)
 
 
 def write_tiny_mllm_release(directory: Path, representation_dim: int = 64, seed: int = 0,

@@ -13,7 +13,6 @@ import dataclasses
 import errno
 import html
 import logging
-import re
 import threading
 import time
 import uuid
@@ -36,13 +35,17 @@ from animegamer.game import (
     INSTRUCTION_FIELDS,
     Instruction,
     InstructionError,
+    OtherCharacterError,
+    SeedError,
     Session,
+    check_character,
     check_room_for_turn,
     make_instruction,
     new_session,
     parse_instruction_text,
     undo,
 )
+from animegamer.game import parse_seed as game_parse_seed
 from animegamer.memory import release_free_memory
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import SaveFileError, load_game, save_game
@@ -50,13 +53,9 @@ from animegamer.ui import views
 
 logger = logging.getLogger(__name__)
 
-MAX_SEED = 2**63 - 1
-RANDOM_SEED_WORDS = frozenset({"", "random"})
-_SEED = re.compile(r"^\d{1,19}$")
 GPU_BASE_SECONDS = 20
 GPU_SECONDS_PER_STEP = 1.0
 GPU_MAX_SECONDS = 300
-MAX_SEED_CHARS = 32
 MAX_NAME_CHARS = 100
 SESSION_TTL_S = 3 * 3600
 """A browser session's game is forgotten after this long without an action."""
@@ -79,7 +78,6 @@ class TurnRunner(Protocol):
         session: Session,
         instruction: Instruction,
         seed: int | None,
-        steps: int,
         progress: Progress | None = None,
     ) -> Session: ...
 
@@ -87,10 +85,12 @@ class TurnRunner(Protocol):
 class Engine(Protocol):
     """What the UI needs of `animegamer.engine.TurnEngine`."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
+
     notice: str
     num_inference_steps: int
-    output_dir: Path
+    clips: ClipStore
     placement: Placement
     representation_dim: int | None
 
@@ -147,17 +147,11 @@ DISK_FULL = "The server's disk is full, so nothing could be written."
 
 
 def parse_seed(text: str | float | None) -> int | None:
-    """`None` (a fresh random seed) for "random" or an empty field, else an integer seed."""
-    raw = "" if text is None else str(text)
-    raw = raw.strip().lower() if len(raw) <= MAX_SEED_CHARS else "too long"
-    if raw in RANDOM_SEED_WORDS:
-        return None
-    if not _SEED.match(raw) or int(raw) > MAX_SEED:
-        raise user_error(
-            "The seed must be a whole number from 0 to 9223372036854775807, or 'random'.",
-            "Invalid seed",
-        )
-    return int(raw)
+    """The seed field: `None` (a fresh random seed) for "random" or nothing, else the number."""
+    try:
+        return game_parse_seed(text)
+    except SeedError as error:
+        raise user_error(str(error), "Invalid seed") from error
 
 
 def gpu_seconds(steps: int) -> int:
@@ -204,25 +198,22 @@ def turn_errors() -> Iterator[None]:
 def make_turn_runner(engine: Engine) -> TurnRunner:
     """The one GPU function: plays a turn and returns the new session (CPU data only).
 
-    On ZeroGPU `spaces.GPU` reserves `gpu_seconds(steps)` per call; elsewhere it is inert and
-    this runs in the calling thread. `steps` is the number of diffusion steps of this turn, so the
-    reservation follows it.
+    On ZeroGPU `spaces.GPU` reserves `gpu_seconds` for the engine's step count per call;
+    elsewhere it is inert and this runs in the calling thread.
     """
 
     def duration(
         session: Session,
         instruction: Instruction,
         seed: int | None,
-        steps: int,
         progress: Progress | None = None,
     ) -> int:
-        return gpu_seconds(steps)
+        return gpu_seconds(engine.num_inference_steps)
 
     def run_turn(
         session: Session,
         instruction: Instruction,
         seed: int | None,
-        steps: int,
         progress: Progress | None = None,
     ) -> Session:
         def report(fraction: float, description: str) -> None:
@@ -230,9 +221,7 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
                 progress(fraction, desc=description)
 
         with turn_errors():
-            return engine.play(
-                session, instruction, seed=seed, progress=report, num_inference_steps=steps
-            )
+            return engine.play(session, instruction, seed=seed, progress=report)
 
     if engine.kind == "preview":
         return run_turn  # CPU only: a ZeroGPU reservation would only spend the visitor's quota
@@ -318,8 +307,9 @@ class GameUI:
         self.engine = engine
         self.registry = registry
         self.window = window
-        self.root = Path(engine.output_dir)
-        self.files = ClipStore(self.root, grace_s=delete_grace_s)
+        self.files = engine.clips
+        self.root = self.files.root
+        self.delete_grace_s = delete_grace_s
         self.run_turn = run_turn or make_turn_runner(engine)
         self.clock = clock
         self._next_sweep = 0.0
@@ -342,10 +332,6 @@ class GameUI:
     def new_player(self, character: str | None = None) -> Player:
         name = character or self.default_character.name
         return Player(session=new_session(name, self.window))
-
-    def new_slot(self) -> GameSlot:
-        """The initial value of a browser session's state."""
-        return GameSlot(self.root)
 
     def workdir(self, player: Player, kind: str) -> Path:
         return self.files.workdir(player.player_id, player.session.session_id, kind)
@@ -408,9 +394,7 @@ class GameUI:
         self.tidy()
         started = self.clock()
         try:
-            session = self.run_turn(
-                player.session, instruction, seed_value, self.engine.num_inference_steps, progress
-            )
+            session = self.run_turn(player.session, instruction, seed_value, progress)
         except gr.Error:
             raise
         except Exception as error:  # raised outside the GPU function (e.g. by ZeroGPU itself)
@@ -436,7 +420,7 @@ class GameUI:
             raise user_error(str(error), "Nothing to undo") from error
         removed = player.session.turns[-1]
         if removed.clip_path:
-            self.files.discard([Path(removed.clip_path)])
+            self.files.discard([Path(removed.clip_path)], self.delete_grace_s)
         player = dataclasses.replace(player, session=session)
         fields = tuple(removed.instruction.fields().values())
         return Update(player, self.screen(player, f"Turn {removed.index} undone."), fields)
@@ -532,18 +516,17 @@ class GameUI:
     # Helpers -----------------------------------------------------------------------------
 
     def _check_character(self, session: Session, instruction: Instruction) -> None:
-        """Refuse an instruction that names another playable character: their models differ."""
-        named = instruction.character.lower()
-        for character in self.registry.characters:
-            if named in {character.name.lower(), character.defaults.character.lower()}:
-                if character.name != session.character:
-                    playing = self.character(session.character).display_name
-                    raise user_error(
-                        f"This game plays {playing}. To play {character.display_name}, choose "
-                        "them in the character list (that starts a new game).",
-                        "Another character",
-                    )
-                return
+        playable = {c.name: (c.name, c.defaults.character) for c in self.registry.characters}
+        try:
+            check_character(session, instruction, playable)
+        except OtherCharacterError as error:
+            playing = self.character(error.playing).display_name
+            named = self.character(error.named).display_name
+            raise user_error(
+                f"This game plays {playing}. To play {named}, choose them in the character list "
+                "(that starts a new game).",
+                "Another character",
+            ) from error
 
     def _replace_game(self, player: Player, session: Session) -> Player:
         """The player with `session` as their game; the old game's files go (after the grace
@@ -552,6 +535,7 @@ class GameUI:
         self.files.discard(
             self.files.game_files(
                 player.player_id, old.session_id, (turn.clip_path for turn in old.turns)
-            )
+            ),
+            self.delete_grace_s,
         )
         return dataclasses.replace(player, session=session, last_elapsed_s=None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import html
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gradio as gr
 
@@ -40,7 +40,18 @@ LIGHT_CONCURRENCY = 8
 FILE_CONCURRENCY = 2
 """Load and playthrough read or write every clip of a game."""
 FIELD_SCALES = {"character": 2, "adverb": 2, "motion": 3, "time": 2, "place": 3}
-HISTORY_WIDTHS = ["5%", "22%", "6%", "8%", "7%", "12%", "7%", "6%", "11%", "9%", "7%"]
+
+
+class _Concurrency(TypedDict):
+    """The queue an event joins: its own limit, shared by the events with the same id."""
+
+    concurrency_limit: int
+    concurrency_id: str
+
+
+HISTORY_WIDTHS: list[str | int] = [
+    "5%", "22%", "6%", "8%", "7%", "12%", "7%", "6%", "11%", "9%", "7%"
+]
 TEXT_PLACEHOLDER = "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
 
 CSS = """
@@ -298,8 +309,8 @@ def build_app(
         def on_fill(instruction_text: str) -> list[Any]:
             return [*ui.fill_from_text(instruction_text), ""]
 
-        game_light = {"concurrency_limit": LIGHT_CONCURRENCY, "concurrency_id": "light"}
-        game_files = {"concurrency_limit": FILE_CONCURRENCY, "concurrency_id": "files"}
+        game_light = _Concurrency(concurrency_limit=LIGHT_CONCURRENCY, concurrency_id="light")
+        game_files = _Concurrency(concurrency_limit=FILE_CONCURRENCY, concurrency_id="files")
         play.click(
             on_play,
             inputs=[player, *fields, text, seed],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,11 @@ logger = logging.getLogger(__name__)
 
 
 def app_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Settings from the environment; clips go under Gradio's temp dir unless
+    """Settings from the environment; clips go under Gradio's upload folder unless
     `ANIMEGAMER_OUTPUT_DIR` says otherwise (Gradio serves files from there)."""
-    env = os.environ if environ is None else environ
-    settings = Settings.from_env(env)
-    if not env.get("ANIMEGAMER_OUTPUT_DIR"):
-        output_dir = Path(get_upload_folder()) / "animegamer"
-        settings = dataclasses.replace(settings, output_dir=output_dir)
-    return settings
+    return Settings.from_env(
+        environ, default_output_dir=Path(get_upload_folder()) / "animegamer"
+    )
 
 
 def check_output_dir(path: Path) -> Path:

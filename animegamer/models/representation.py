@@ -1,0 +1,9 @@
+"""The shot representation the two networks exchange: a property of the models.
+
+Plain constants, no imports: the pure game module and the save-file reader may import them
+without loading any model code.
+"""
+
+REPRESENTATION_TOKENS = 226
+"""Vectors in one shot representation (= frame positions of a video block in the prompt, = text
+tokens of the decoder)."""
