@@ -1,0 +1,267 @@
+"""Annotating shots: the answer format, its strict parser, and the two sources of answers.
+
+An answer is one JSON object (DESIGN §10): character present, the acting character's name, adverb,
+motion phrase, time, place, social 0/1, entertainment 0/1, stamina ±1. `parse_answer` accepts
+exactly that (a Markdown code fence around it is the only thing removed) and turns it into a game
+`Instruction` held to the player's rules, or raises `AnswerError` with the reason the shot is
+skipped. Nothing is guessed or repaired.
+
+Answers come from an `AnswerFile` (JSONL written by hand or by another tool, keyed by source video
+and shot start time) or from a `VisionLanguageModel` run through transformers on 4 frames of the
+shot and the character's reference image, with the prompt in `prompts/annotate.txt`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from PIL import Image
+
+from animegamer.data.decode import read_clip
+from animegamer.data.errors import DataError
+from animegamer.game import (
+    Instruction,
+    InstructionError,
+    make_instruction,
+    normalise_field,
+    parse_instruction_text,
+)
+
+PROMPT_FILE = Path(__file__).with_name("prompts") / "annotate.txt"
+ANSWER_FIELDS = (
+    "character_present", "character", "adverb", "motion", "time", "place",
+    "social", "entertainment", "stamina",
+)
+ANNOTATED_FRAMES = 4
+MAX_ANSWER_TOKENS = 200
+_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n(.*)\n[ \t]*```\Z", re.DOTALL)
+_FLAGS = {"social": (0, 1), "entertainment": (0, 1), "stamina": (-1, 1)}
+
+
+class AnswerError(ValueError):
+    """An answer that cannot be used; `kind` groups the reasons in the report."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """A parsed answer: the instruction and the state labels (sc, et, st of DESIGN §10)."""
+
+    instruction: Instruction
+    social: int
+    entertainment: int
+    stamina: int
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise AnswerError("fields", f"the answer repeats {', '.join(repeated)}")
+    return dict(pairs)
+
+
+def _decode(text: str) -> dict[str, Any]:
+    text = text.strip()
+    fenced = _FENCE.match(text)
+    try:
+        value = json.loads(fenced[1] if fenced else text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as error:
+        message = f"the answer is not JSON ({error.msg}): {text[:80]!r}"
+        raise AnswerError("not json", message) from None
+    if not isinstance(value, dict):
+        raise AnswerError("not json", f"the answer is not a JSON object: {text[:80]!r}")
+    missing = [name for name in ANSWER_FIELDS if name not in value]
+    unknown = sorted(set(value) - set(ANSWER_FIELDS))
+    if missing or unknown:
+        parts = [f"lacks {', '.join(missing)}"] if missing else []
+        parts += [f"has unknown fields {', '.join(unknown)}"] if unknown else []
+        raise AnswerError("fields", f"the answer {' and '.join(parts)}")
+    return value
+
+
+def _text(answer: dict[str, Any], name: str, one_word: bool = False) -> str:
+    value = answer[name]
+    if not isinstance(value, str):
+        raise AnswerError("fields", f"{name} must be text, got {value!r}")
+    if one_word and len(normalise_field(value).split(" ")) != 1:
+        raise AnswerError("fields", f"{name} must be one word, got {value!r}")
+    return value
+
+
+def parse_answer(text: str, character: str) -> Annotation:
+    """The annotation in `text` for a dataset of `character`, or `AnswerError` saying why not."""
+    answer = _decode(text)
+    if answer["character_present"] is not True:
+        if answer["character_present"] is False:
+            raise AnswerError("character absent", f"{character} is not in the shot")
+        raise AnswerError("fields", "character_present must be true or false")
+    named = _text(answer, "character")
+    if normalise_field(named).casefold() != normalise_field(character).casefold():
+        raise AnswerError("another character", f"the shot shows another character ({named!r})")
+    for name, allowed in _FLAGS.items():
+        value = answer[name]
+        if isinstance(value, bool) or value not in allowed:
+            raise AnswerError("fields", f"{name} must be one of {allowed}, got {value!r}")
+    fields = {
+        "character": character,
+        "adverb": _text(answer, "adverb", one_word=True),
+        "motion": _text(answer, "motion"),
+        "time": _text(answer, "time", one_word=True),
+        "place": _text(answer, "place"),
+    }
+    try:
+        instruction = make_instruction(fields)
+    except InstructionError as error:
+        raise AnswerError("fields", str(error)) from None
+    try:
+        readable = parse_instruction_text(instruction.text) == instruction
+    except InstructionError:
+        readable = False
+    if not readable:
+        message = f"the fields break the instruction format: {instruction.text!r}"
+        raise AnswerError("fields", message)
+    return Annotation(
+        instruction, answer["social"], answer["entertainment"], answer["stamina"]
+    )
+
+
+@dataclass(frozen=True)
+class AnnotationRequest:
+    """One shot to annotate."""
+
+    video: str
+    start: float
+    clip: Path
+    character: str
+    reference_image: Path
+
+
+class Annotator(Protocol):
+    """A source of raw answers. `name` identifies it in the work records; `cached` says whether
+    its answers are worth keeping for a rerun (a model's are, a file's are read again)."""
+
+    name: str
+    cached: bool
+
+    def answer(self, requests: Sequence[AnnotationRequest]) -> list[str | None]:
+        """The raw answer text of each request, or None when there is none for it."""
+        ...
+
+
+def _start_key(start: float) -> int:
+    return round(start * 1000)
+
+
+class AnswerFile:
+    """Answers from a JSONL file, one object per line:
+    `{"video": "<path below --videos>", "start": <seconds>, "answer": {...} or "<raw text>"}`.
+    A start matches a shot when both round to the same millisecond."""
+
+    cached = False
+
+    def __init__(self, path: Path) -> None:
+        self.name = str(path)
+        self._answers: dict[tuple[str, int], str] = {}
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise DataError(f"{path}: cannot read the annotations ({error})") from None
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                self._add(path, number, line)
+
+    def _add(self, path: Path, number: int, line: str) -> None:
+        where = f"{path}, line {number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(entry, dict) or set(entry) != {"video", "start", "answer"}:
+            raise DataError(f"{where}: needs exactly the keys video, start and answer")
+        video, start, answer = entry["video"], entry["start"], entry["answer"]
+        is_number = isinstance(start, int | float) and not isinstance(start, bool)
+        if not isinstance(video, str) or not is_number or start < 0:
+            raise DataError(f"{where}: video must be text and start a number of seconds ≥ 0")
+        key = (video, _start_key(start))
+        if key in self._answers:
+            raise DataError(f"{where}: a second answer for {video} at {start} s")
+        self._answers[key] = answer if isinstance(answer, str) else json.dumps(answer)
+
+    def answer(self, requests: Sequence[AnnotationRequest]) -> list[str | None]:
+        return [self._answers.get((r.video, _start_key(r.start))) for r in requests]
+
+
+def prompt(character: str) -> str:
+    """The annotation prompt for `character` (from `prompts/annotate.txt`)."""
+    template = string.Template(PROMPT_FILE.read_text(encoding="utf-8"))
+    return template.substitute(character=character).strip()
+
+
+def shot_frames(frames: np.ndarray) -> np.ndarray:
+    """The `ANNOTATED_FRAMES` frames the model sees, evenly spread from first to last."""
+    picks = np.linspace(0, len(frames) - 1, ANNOTATED_FRAMES).round().astype(int)
+    return frames[picks]
+
+
+class VisionLanguageModel:
+    """A vision-language model through transformers (`AutoModelForImageTextToText` and its
+    processor's chat template: InternVL-hf, Qwen2-VL and models like them), greedy decoding.
+
+    Loading is the only step that talks to the Hub; it fails with a `DataError` that says what
+    to do instead.
+    """
+
+    cached = True
+    model: Any
+    processor: Any
+
+    def __init__(self, model_id: str, device: str | None = None) -> None:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.name = f"model:{model_id}"
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        try:
+            self.processor = AutoProcessor.from_pretrained(model_id)
+            self.model = AutoModelForImageTextToText.from_pretrained(model_id, dtype=dtype)
+        except (OSError, ValueError, ImportError, KeyError) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise DataError(
+                f"cannot load the annotator model {model_id!r} ({reason}). --annotator needs a "
+                "vision-language model that transformers loads with AutoModelForImageTextToText, "
+                "on disk or reachable on the Hub, and a GPU to run at a useful speed; without "
+                "one, write the answers to a file and pass --annotations FILE."
+            ) from None
+        self.model.to(device).eval()
+        self.processor.tokenizer.padding_side = "left"
+
+    def answer(self, requests: Sequence[AnnotationRequest]) -> list[str | None]:
+        conversations = []
+        for request in requests:
+            reference = Image.open(request.reference_image).convert("RGB")
+            frames = [Image.fromarray(f) for f in shot_frames(read_clip(request.clip))]
+            content = [{"type": "image", "image": image} for image in (reference, *frames)]
+            content.append({"type": "text", "text": prompt(request.character)})
+            conversations.append([{"role": "user", "content": content}])
+        inputs = self.processor.apply_chat_template(
+            conversations, add_generation_prompt=True, tokenize=True, return_dict=True,
+            return_tensors="pt", padding=True,
+        ).to(self.model.device, dtype=self.model.dtype)
+        with torch.inference_mode():
+            output = self.model.generate(
+                **inputs, max_new_tokens=MAX_ANSWER_TOKENS, do_sample=False
+            )
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
+        return list(self.processor.batch_decode(new_tokens, skip_special_tokens=True))

@@ -1,0 +1,112 @@
+"""Cached shot features: what the shot encoder's frozen towers make of a shot (DESIGN §9).
+
+A `ShotFeatureExtractor` turns first frames into image tokens (CLIP ViT-B/16 penultimate layer,
+196×768 for the real towers) and motion texts into text tokens (T5 v1.1 XXL, 30×4096); the
+widths are the extractor's. Each shot's features are one safetensors file, `image_features` and
+`text_features`, with the extractor's name and the motion text in its metadata (`source`), so a
+file made by another extractor or for another text is made again.
+
+`TowerFeatureExtractor` runs the shot encoder's towers (`animegamer.models.shot_encoder`, the
+same functions the pipeline's `encode_shot` uses): the registry's real ones
+(`registry_feature_extractor`) or tiny random ones (`tiny_feature_extractor`) that run the whole
+path on a CPU in tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+from safetensors import safe_open
+
+from animegamer.data.store import write_atomic
+
+if TYPE_CHECKING:
+    import torch
+
+    from animegamer.characters import ShotTowerSources
+    from animegamer.models.shot_encoder import ShotTowers
+
+class ShotFeatureExtractor(Protocol):
+    """The frozen towers of the shot encoder, as the data pipeline uses them."""
+
+    name: str
+
+    def image_features(self, first_frames: np.ndarray) -> torch.Tensor:
+        """uint8 first frames [B, H, W, 3] → image tokens [B, 196, width]."""
+        ...
+
+    def text_features(self, motion_texts: list[str]) -> torch.Tensor:
+        """Motion descriptions ("softly talk") → text tokens [B, 30, width]."""
+        ...
+
+
+class TowerFeatureExtractor:
+    """Features from `ShotTowers`, named for the cache (a new name remakes cached files)."""
+
+    def __init__(self, towers: ShotTowers, name: str) -> None:
+        self.towers = towers
+        self.name = name
+
+    def image_features(self, first_frames: np.ndarray) -> torch.Tensor:
+        return self.towers.image_features(first_frames)
+
+    def text_features(self, motion_texts: list[str]) -> torch.Tensor:
+        return self.towers.text_features(motion_texts)
+
+
+def tiny_feature_extractor(width: int = 32, seed: int = 0) -> TowerFeatureExtractor:
+    """Random towers of toy width with the real token counts (196 image, 30 text tokens)."""
+    from animegamer.models.tiny_shot_encoder import tiny_shot_towers
+
+    return TowerFeatureExtractor(tiny_shot_towers(width, seed), f"tiny-random-{width}-{seed}")
+
+
+def registry_feature_extractor(sources: ShotTowerSources) -> TowerFeatureExtractor:
+    """The real towers at the registry's pinned revisions (downloaded once into the Hub cache)."""
+    import torch
+
+    from animegamer.hub import fetch
+    from animegamer.models.shot_encoder import ShotTowers
+
+    gpu = torch.cuda.is_available()
+    towers = ShotTowers.from_pretrained(
+        fetch(sources.image_encoder, ["*.json", "*.safetensors"]),
+        fetch(sources.text_encoder, ["*.json", "*.safetensors"]),
+        fetch(sources.tokenizer, None),
+        dtype=torch.bfloat16 if gpu else torch.float32,
+        device="cuda" if gpu else "cpu",
+    )
+    name = ";".join(ref.describe() for ref in (sources.image_encoder, sources.text_encoder))
+    return TowerFeatureExtractor(towers, name)
+
+
+def is_current(path: Path, extractor: str, motion_text: str) -> bool:
+    """Whether `path` holds features made by `extractor` for `motion_text`."""
+    if not path.is_file():
+        return False
+    try:
+        with safe_open(str(path), framework="numpy") as file:
+            metadata = file.metadata() or {}
+    except (OSError, ValueError):
+        return False
+    return metadata == _metadata(extractor, motion_text)
+
+
+def _metadata(extractor: str, motion_text: str) -> dict[str, str]:
+    """One metadata entry: safetensors writes several in no fixed order, and a rerun must write
+    the same bytes."""
+    return {"source": json.dumps({"extractor": extractor, "motion_text": motion_text})}
+
+
+def write_features(
+    path: Path, image: torch.Tensor, text: torch.Tensor, extractor: str, motion_text: str
+) -> Path:
+    """Write one shot's features atomically."""
+    from safetensors.torch import save_file
+
+    tensors = {"image_features": image.contiguous(), "text_features": text.contiguous()}
+    metadata = _metadata(extractor, motion_text)
+    return write_atomic(path, lambda partial: save_file(tensors, str(partial), metadata=metadata))

@@ -1,0 +1,145 @@
+"""Annotation answers: the strict parser on canned answers, the JSONL file, the model's errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from animegamer.data.annotate import (
+    ANSWER_FIELDS,
+    AnnotationRequest,
+    AnswerError,
+    AnswerFile,
+    VisionLanguageModel,
+    parse_answer,
+    prompt,
+    shot_frames,
+)
+from animegamer.data.errors import DataError
+from animegamer.game import parse_instruction_text
+
+GOOD = {
+    "character_present": True, "character": "Qiqi", "adverb": "quickly",
+    "motion": "fly on broomstick", "time": "day", "place": "sky",
+    "social": 0, "entertainment": 1, "stamina": -1,
+}
+
+
+def answer(**changes) -> str:
+    return json.dumps({**GOOD, **changes})
+
+
+def test_a_good_answer_becomes_a_playable_instruction():
+    annotation = parse_answer(answer(), "Qiqi")
+    assert annotation.instruction.text == (
+        "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
+    )
+    assert parse_instruction_text(annotation.instruction.text) == annotation.instruction
+    assert (annotation.social, annotation.entertainment, annotation.stamina) == (0, 1, -1)
+
+
+def test_names_match_without_case_and_the_dataset_spelling_wins():
+    annotation = parse_answer(answer(character=" qiqi ", motion="  walk   home "), "Qiqi")
+    assert annotation.instruction.character == "Qiqi"
+    assert annotation.instruction.motion == "walk home"
+
+
+def test_a_markdown_fence_is_the_only_wrapping_allowed():
+    assert parse_answer(f"```json\n{answer()}\n```", "Qiqi").instruction.place == "sky"
+    with pytest.raises(AnswerError) as raised:
+        parse_answer(f"Sure! Here is the JSON: {answer()}", "Qiqi")
+    assert raised.value.kind == "not json"
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "message"),
+    [
+        ("I think she is flying.", "not json", "not JSON"),
+        ("", "not json", "not JSON"),
+        ("[1, 2]", "not json", "not a JSON object"),
+        (json.dumps({k: v for k, v in GOOD.items() if k != "place"}), "fields", "lacks place"),
+        (answer(mood="happy"), "fields", "unknown fields mood"),
+        ('{"adverb": "a", "adverb": "b"}', "fields", "repeats adverb"),
+        (answer(character_present=False), "character absent", "Qiqi is not in the shot"),
+        (answer(character_present="yes"), "fields", "true or false"),
+        (answer(character="Klee"), "another character", "'Klee'"),
+        (answer(social=2), "fields", r"social must be one of \(0, 1\)"),
+        (answer(social=True), "fields", "social must be one of"),
+        (answer(entertainment=0.5), "fields", "entertainment"),
+        (answer(stamina=0), "fields", r"stamina must be one of \(-1, 1\)"),
+        (answer(adverb="very quickly"), "fields", "adverb must be one word"),
+        (answer(time="late night"), "fields", "time must be one word"),
+        (answer(motion=3), "fields", "motion must be text"),
+        (answer(motion="  "), "fields", "Motion is empty"),
+        (answer(place="x" * 81), "fields", "Place is too long"),
+        (answer(place="sky; Motion: jump"), "fields", "break the instruction format"),
+    ],
+)
+def test_unusable_answers_are_refused_with_a_reason(text, kind, message):
+    with pytest.raises(AnswerError, match=message) as raised:
+        parse_answer(text, "Qiqi")
+    assert raised.value.kind == kind
+
+
+def test_answer_file_matches_video_and_start_to_the_millisecond(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    lines = [
+        {"video": "ep1.mp4", "start": 2.5417, "answer": GOOD},
+        {"video": "ep1.mp4", "start": 0, "answer": "not json at all"},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    file = AnswerFile(path)
+    requests = [
+        AnnotationRequest("ep1.mp4", 61 / 24, tmp_path, "Qiqi", tmp_path),
+        AnnotationRequest("ep1.mp4", 0.0, tmp_path, "Qiqi", tmp_path),
+        AnnotationRequest("ep2.mp4", 0.0, tmp_path, "Qiqi", tmp_path),
+    ]
+    first, second, third = file.answer(requests)
+    assert first is not None and json.loads(first) == GOOD
+    assert (second, third) == ("not json at all", None)
+    assert not file.cached
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{oops", "line 2: not JSON"),
+        ('{"video": "a.mp4", "start": 1}', "line 2: needs exactly the keys"),
+        ('{"video": "a.mp4", "start": "1", "answer": {}}', "start a number"),
+        ('{"video": "a.mp4", "start": -1, "answer": {}}', "start a number"),
+        ('{"video": "a.mp4", "start": 1.0, "answer": {}}', "a second answer for a.mp4"),
+    ],
+)
+def test_a_bad_answer_file_names_the_line(tmp_path, line, message):
+    path = tmp_path / "answers.jsonl"
+    path.write_text('{"video": "a.mp4", "start": 1, "answer": {}}\n' + line + "\n")
+    with pytest.raises(DataError, match=message) as raised:
+        AnswerFile(path)
+    assert "answers.jsonl" in str(raised.value)
+
+
+def test_a_missing_answer_file_is_named(tmp_path):
+    with pytest.raises(DataError, match=r"nowhere\.jsonl: cannot read"):
+        AnswerFile(tmp_path / "nowhere.jsonl")
+
+
+def test_the_prompt_asks_for_every_field_for_the_character():
+    text = prompt("Qiqi")
+    assert all(f'"{name}"' in text for name in ANSWER_FIELDS)
+    assert "Qiqi" in text and "$" not in text
+    assert json.loads(text.split("\n\n")[2]).keys() == set(ANSWER_FIELDS)
+
+
+def test_the_model_sees_four_frames_from_first_to_last():
+    frames = np.arange(17)[:, None, None, None] * np.ones((1, 2, 2, 3), np.uint8)
+    assert shot_frames(frames)[:, 0, 0, 0].tolist() == [0, 5, 11, 16]
+
+
+def test_a_model_that_cannot_be_loaded_says_what_to_do(tmp_path):
+    with pytest.raises(DataError) as raised:
+        VisionLanguageModel(str(tmp_path / "no-model-here"))
+    message = str(raised.value)
+    assert "cannot load the annotator model" in message and "no-model-here" in message
+    assert "--annotations FILE" in message
