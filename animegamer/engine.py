@@ -36,7 +36,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.hub import log_stage, resolve_character
-from animegamer.models.decoder import AnimeGamerPipeline
+from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
@@ -206,14 +206,16 @@ class TurnEngine:
                 report(0.92, "Decoding the video")
             return tensors
 
-        (frames,) = decoder(
+        output = decoder(
             representation,
             motion_level=effective_motion_level(states.ml),
             num_inference_steps=steps,
             guidance_scale=self.guidance_scale,
             generator=torch.Generator("cpu").manual_seed(seed),
             callback_on_step_end=on_step_end,
-        ).frames
+        )
+        assert isinstance(output, AnimeGamerPipelineOutput)  # return_dict=True
+        (frames,) = output.frames
         return frames
 
 

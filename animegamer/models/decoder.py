@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import diffusers
 import numpy as np
@@ -476,52 +476,6 @@ class AnimeGamerPipeline(DiffusionPipeline):
         if output_type == "pt":
             return video.permute(0, 2, 1, 3, 4)
         return (255.0 * video).to(torch.uint8).permute(0, 2, 3, 4, 1).cpu().numpy()
-
-    @overload
-    def __call__(
-        self,
-        representation: torch.Tensor,
-        motion_level: int | Sequence[int],
-        num_inference_steps: int = ...,
-        guidance_scale: float = ...,
-        generator: torch.Generator | list[torch.Generator] | None = ...,
-        latents: torch.Tensor | None = ...,
-        output_type: str = ...,
-        return_dict: Literal[True] = ...,
-        callback_on_step_end: StepEndCallback | None = ...,
-        callback_on_step_end_tensor_inputs: Sequence[str] = ...,
-    ) -> AnimeGamerPipelineOutput: ...
-
-    @overload
-    def __call__(
-        self,
-        representation: torch.Tensor,
-        motion_level: int | Sequence[int],
-        num_inference_steps: int = ...,
-        guidance_scale: float = ...,
-        generator: torch.Generator | list[torch.Generator] | None = ...,
-        latents: torch.Tensor | None = ...,
-        output_type: str = ...,
-        *,
-        return_dict: Literal[False],
-        callback_on_step_end: StepEndCallback | None = ...,
-        callback_on_step_end_tensor_inputs: Sequence[str] = ...,
-    ) -> tuple[np.ndarray | torch.Tensor]: ...
-
-    @overload
-    def __call__(
-        self,
-        representation: torch.Tensor,
-        motion_level: int | Sequence[int],
-        num_inference_steps: int = ...,
-        guidance_scale: float = ...,
-        generator: torch.Generator | list[torch.Generator] | None = ...,
-        latents: torch.Tensor | None = ...,
-        output_type: str = ...,
-        return_dict: bool = ...,
-        callback_on_step_end: StepEndCallback | None = ...,
-        callback_on_step_end_tensor_inputs: Sequence[str] = ...,
-    ) -> AnimeGamerPipelineOutput | tuple[np.ndarray | torch.Tensor]: ...
 
     @torch.no_grad()
     def __call__(
