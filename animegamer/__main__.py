@@ -55,7 +55,7 @@ def play(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     overrides = {
         "engine": args.engine, "window": args.window, "output_dir": args.out,
-        "steps": args.steps, "preview_steps": args.steps,
+        "steps": args.steps, "nano_steps": args.steps, "preview_steps": args.steps,
     }
     settings = dataclasses.replace(
         settings, **{key: value for key, value in overrides.items() if value is not None}

@@ -44,11 +44,16 @@ from animegamer.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-EngineKind = Literal["real", "preview"]
+EngineKind = Literal["real", "nano", "preview"]
 ProgressCallback = Callable[[float, str], None]
 PREVIEW_REPRESENTATION_DIM = 64
-PREVIEW_CHARACTERS = 1 << 16
-"""Characters the preview engine serves at once: all, as they share one set of tiny models."""
+SHARED_MODELS_CHARACTERS = 1 << 16
+"""Characters the CPU engines (Nano, preview) serve at once: all, as they share one model set."""
+NANO_NOTICE = (
+    "Playing AnimeGamer-Nano: a small anime world (64×96 clips) whose models this project trained "
+    "on a CPU. With a GPU and the released checkpoints, the real AnimeGamer models play instead "
+    "(see the README: GPU and Hub token)."
+)
 PREVIEW_NOTICE = (
     "Preview mode: clips come from a tiny, untrained preview model running on the CPU, so they "
     "are noise, and its state tokens are unreadable, so every turn counts as a neutral one "
@@ -251,11 +256,42 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
     with tempfile.TemporaryDirectory(prefix="animegamer-preview-") as folder:
         models = load_character_models(build_preview_directory(Path(folder)), CPU_PLACEMENT)
+    return _shared_models_engine(models, "preview", settings.preview_steps, settings, notice)
+
+
+def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEngine:
+    """AnimeGamer-Nano's trained models (`settings.nano_dir`), on the CPU, shared by every
+    character of the world; `EngineError` when its folder is missing or incomplete."""
+    from animegamer.convert.character import check_layout
+    from animegamer.convert.errors import ConversionError
+
+    try:
+        check_layout(settings.nano_dir)
+    except ConversionError as error:
+        raise EngineError(f"the Nano world cannot be played: {error}") from None
+    models = load_character_models(settings.nano_dir, CPU_PLACEMENT)
+    return _shared_models_engine(models, "nano", settings.nano_steps, settings, notice)
+
+
+def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
+    """What plays without the real models: the Nano world, or the preview engine when Nano's
+    weights are missing; `reason` (why the real models do not play) opens the notice."""
+    lead = f"{reason} " if reason else ""
+    try:
+        return create_nano_engine(settings, lead + NANO_NOTICE)
+    except EngineError as error:
+        logger.warning("%s; using the preview engine", error)
+        return create_preview_engine(settings, lead + PREVIEW_NOTICE)
+
+
+def _shared_models_engine(
+    models: CharacterModels, kind: EngineKind, steps: int, settings: Settings, notice: str
+) -> TurnEngine:
     engine = TurnEngine(
         lambda character, placement: models,
-        kind="preview",
-        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=PREVIEW_CHARACTERS),
-        num_inference_steps=settings.preview_steps,
+        kind=kind,
+        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=SHARED_MODELS_CHARACTERS),
+        num_inference_steps=steps,
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         notice=notice,
@@ -269,7 +305,8 @@ def create_engine(
     resolve_character: Callable[[str], Path],
     characters: Sequence[str],
 ) -> TurnEngine:
-    """The real engine when it can run, the preview engine otherwise (`settings.engine = auto`).
+    """The real engine when it can run, the Nano world (or the preview engine) otherwise
+    (`settings.engine = auto`).
 
     Every character's checkpoints are resolved now (downloaded and converted once), so no turn
     ever waits on a download. The first character's models are loaded now too, so the first
@@ -278,8 +315,10 @@ def create_engine(
     """
     if settings.engine == "preview":
         return create_preview_engine(settings)
+    if settings.engine == "nano":
+        return create_nano_engine(settings)
     if settings.engine == "auto" and not torch.cuda.is_available():
-        return create_preview_engine(settings, f"No GPU was found. {PREVIEW_NOTICE}")
+        return create_cpu_engine(settings, "No GPU was found.")
     placement = choose_placement(settings.low_vram, settings.zero_gpu)
     default, *others = characters
     try:
@@ -320,13 +359,11 @@ def create_engine(
 
 
 def _preview_instead(settings: Settings, error: Exception) -> TurnEngine:
-    """`auto` falls back to the preview engine, saying why; `real` fails loudly."""
+    """`auto` falls back to the CPU engines, saying why; `real` fails loudly."""
     if settings.engine == "real":
         raise error
-    logger.warning("real engine unavailable, using the preview engine: %s", error)
-    return create_preview_engine(
-        settings, f"The real models could not be loaded ({error}). {PREVIEW_NOTICE}"
-    )
+    logger.warning("real engine unavailable, playing on the CPU: %s", error)
+    return create_cpu_engine(settings, f"The real models could not be loaded ({error}).")
 
 
 def create_registry_engine(

@@ -13,7 +13,9 @@ from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
-ENGINE_KINDS = ("auto", "real", "preview")
+DEFAULT_NANO_DIR = PACKAGE_ROOT.parent / "assets" / "nano"
+"""AnimeGamer-Nano's trained character folder, shipped in the repository."""
+ENGINE_KINDS = ("auto", "real", "nano", "preview")
 LOW_VRAM_CHOICES = ("auto", "on", "off")
 SPACE_DATA_DIR = Path("/data")
 """A Space's persistent storage, when it has some."""
@@ -40,9 +42,11 @@ class Settings:
     """Knobs of the game and the engine.
 
     `engine`: `auto` plays with the real models when a GPU and the checkpoints are available and
-    falls back to the preview engine otherwise; `real` or `preview` force one.
+    falls back to the Nano world otherwise (to the preview engine when Nano's weights are
+    missing); `real`, `nano` or `preview` force one.
     `window`: turns the game-state model sees, the current one included (the release demo: 1).
-    `steps` / `preview_steps`: diffusion steps of the real and the preview decoder.
+    `steps` / `nano_steps` / `preview_steps`: diffusion steps of the real, the Nano and the
+    preview decoder. `nano_dir`: the Nano world's character folder.
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
     `zero_gpu`: running on a ZeroGPU Space (set by the platform).
     """
@@ -50,7 +54,9 @@ class Settings:
     engine: str = "auto"
     window: int = 1
     steps: int = DEFAULT_STEPS
+    nano_steps: int = 20
     preview_steps: int = 8
+    nano_dir: Path = DEFAULT_NANO_DIR
     guidance_scale: float = DEFAULT_GUIDANCE
     low_vram: str = "auto"
     registry_path: Path = DEFAULT_REGISTRY
@@ -72,7 +78,9 @@ class Settings:
             engine=env.get("ANIMEGAMER_ENGINE", defaults.engine).strip().lower(),
             window=_int(env, "ANIMEGAMER_WINDOW", defaults.window),
             steps=_int(env, "ANIMEGAMER_STEPS", defaults.steps),
+            nano_steps=_int(env, "ANIMEGAMER_NANO_STEPS", defaults.nano_steps),
             preview_steps=_int(env, "ANIMEGAMER_PREVIEW_STEPS", defaults.preview_steps),
+            nano_dir=Path(env.get("ANIMEGAMER_NANO_DIR") or defaults.nano_dir),
             guidance_scale=_float(env, "ANIMEGAMER_GUIDANCE", defaults.guidance_scale),
             low_vram=env.get("ANIMEGAMER_LOW_VRAM", defaults.low_vram).strip().lower(),
             registry_path=Path(env.get("ANIMEGAMER_CHARACTERS", str(defaults.registry_path))),
@@ -94,6 +102,7 @@ class Settings:
         if not 1 <= self.window <= MAX_WINDOW:
             raise SettingsError(f"ANIMEGAMER_WINDOW must be in 1..{MAX_WINDOW}: {self.window}")
         for name, steps in (("ANIMEGAMER_STEPS", self.steps),
+                            ("ANIMEGAMER_NANO_STEPS", self.nano_steps),
                             ("ANIMEGAMER_PREVIEW_STEPS", self.preview_steps)):
             if not 1 <= steps <= MAX_STEPS:
                 raise SettingsError(f"{name} must be in 1..{MAX_STEPS}: {steps}")

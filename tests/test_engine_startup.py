@@ -40,8 +40,18 @@ class Startup:
         return CharacterModels(game_state=game_state, decoder=None)  # type: ignore[arg-type]
 
 
-def _settings(tmp_path: Path, engine: str = "auto") -> Settings:
-    return Settings(engine=engine, output_dir=tmp_path, preview_steps=1)
+def _settings(tmp_path: Path, engine: str = "auto", nano_dir: Path | None = None) -> Settings:
+    return Settings(engine=engine, output_dir=tmp_path, preview_steps=1,
+                    nano_dir=nano_dir or tmp_path / "no-nano")
+
+
+def _nano_folder(directory: Path) -> Path:
+    """A complete character folder standing in for Nano's trained one (tiny random models)."""
+    from animegamer.convert.character import write_manifest
+
+    engine_module.build_preview_directory(directory)
+    write_manifest(directory, "Nano", {})
+    return directory
 
 
 GPU = Placement(device="cuda", game_state_dtype=torch.bfloat16, decoder_dtype=torch.float16)
@@ -117,3 +127,30 @@ def test_no_gpu_means_preview_without_resolving_anything(monkeypatch, tmp_path):
     kind, notice = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
     assert kind == "preview" and notice.startswith("No GPU was found.")
     assert startup.resolved == []
+
+
+def test_no_gpu_plays_the_nano_world_when_its_weights_are_here(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    nano = _nano_folder(tmp_path / "nano")
+    engine = create_engine(_settings(tmp_path, nano_dir=nano), startup.resolve, CHARACTERS)
+    assert engine.kind == "nano" and engine.num_inference_steps == Settings().nano_steps
+    assert engine.notice.startswith("No GPU was found. Playing AnimeGamer-Nano")
+    assert startup.resolved == [] and startup.loaded == ["nano"]
+    # one set of models for every character of the world
+    assert engine.models_for("Sosuke") is engine.models_for("Qiqi")
+
+
+def test_an_incomplete_nano_folder_falls_back_to_preview_and_nano_alone_refuses(
+    monkeypatch, tmp_path
+):
+    startup = Startup(monkeypatch, GPU)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    nano = _nano_folder(tmp_path / "nano")
+    (nano / "vae" / "config.json").unlink()
+    monkeypatch.setattr(engine_module, "create_preview_engine",
+                        lambda settings, notice: ("preview", notice))
+    kind, notice = create_engine(_settings(tmp_path, nano_dir=nano), startup.resolve, CHARACTERS)
+    assert kind == "preview" and notice.startswith("No GPU was found. Preview mode")
+    with pytest.raises(EngineError, match=r"Nano world cannot be played: .*missing vae/config"):
+        create_engine(_settings(tmp_path, "nano", nano), startup.resolve, CHARACTERS)

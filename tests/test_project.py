@@ -67,6 +67,9 @@ def test_settings_come_from_the_environment():
         "preview", 3, 30, "on")
     assert settings.output_dir == Path("/tmp/clips")
     assert Settings.from_env({}) == Settings()
+    nano = Settings.from_env({"ANIMEGAMER_ENGINE": "nano", "ANIMEGAMER_NANO_STEPS": "12",
+                              "ANIMEGAMER_NANO_DIR": "/tmp/nano"})
+    assert (nano.engine, nano.nano_steps, nano.nano_dir) == ("nano", 12, Path("/tmp/nano"))
 
 
 @pytest.mark.parametrize(
@@ -76,6 +79,7 @@ def test_settings_come_from_the_environment():
         ("ANIMEGAMER_WINDOW", "6", "ANIMEGAMER_WINDOW must be in 1..5"),
         ("ANIMEGAMER_WINDOW", "two", "ANIMEGAMER_WINDOW must be an integer"),
         ("ANIMEGAMER_STEPS", "0", "ANIMEGAMER_STEPS must be in 1..200"),
+        ("ANIMEGAMER_NANO_STEPS", "201", "ANIMEGAMER_NANO_STEPS must be in 1..200"),
         ("ANIMEGAMER_GUIDANCE", "x", "ANIMEGAMER_GUIDANCE must be a number"),
         ("ANIMEGAMER_LOW_VRAM", "maybe", "ANIMEGAMER_LOW_VRAM must be one of"),
     ],
