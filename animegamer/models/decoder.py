@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import diffusers
 import numpy as np
@@ -38,6 +38,9 @@ from diffusers.utils import BaseOutput
 from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
+# At run time too: diffusers reads the component annotations of `__init__` when it loads.
+from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderModel
+
 from animegamer.models.decoder_defaults import (
     DEFAULT_GUIDANCE,
     DEFAULT_LATENT_SIZE,
@@ -51,9 +54,6 @@ from animegamer.models.shot_encoder import (
     image_features,
     text_features,
 )
-
-if TYPE_CHECKING:
-    from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderModel
 
 DEFAULT_MOTION_SCOPES: tuple[float, ...] = (0.5, 1.0, 5.0, 20.0, 40.0)
 """The released demo's table: motion level ML 1..5 → motion-scope value."""

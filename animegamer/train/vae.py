@@ -1,0 +1,129 @@
+"""A small video VAE of CogVideoX's family (`AutoencoderKLCogVideoX`), trained on a dataset's clips.
+
+Real characters use CogVideoX-2B's VAE as it is (frozen, DESIGN §11). A small world whose clips
+are tiny (the Nano world: 17 frames of 64×96) needs a VAE of its own with the same compression
+(8× in space, 4× in time: 17 frames → 5 latent frames) so that the decoder's latent layout is the
+real one. Loss: L1 reconstruction + a small KL term; at the end the latent scaling factor is set
+to 1/std of the latents (as Stable Diffusion's and CogVideoX's were), so the decoder sees
+unit-variance latents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
+from pydantic import BaseModel, ConfigDict, Field
+
+from animegamer.data.dataset import read_rows
+from animegamer.data.decode import read_clip
+
+
+class VaeRecipe(BaseModel):
+    """How to build and train the VAE."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(2000, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(2, ge=1)
+    kl_weight: float = Field(1e-6, ge=0)
+    block_out_channels: tuple[int, int, int, int] = (8, 16, 16, 32)
+    layers_per_block: int = Field(1, ge=1)
+    norm_num_groups: int = Field(4, ge=1)
+    latent_channels: int = Field(16, ge=1)
+    scale_samples: int = Field(32, ge=1)
+    """Clips whose latents set the scaling factor."""
+    seed: int = 0
+    log_every: int = Field(50, ge=1)
+
+
+def build_vae(recipe: VaeRecipe, height: int, width: int) -> AutoencoderKLCogVideoX:
+    """A fresh VAE for clips of `height`×`width` (multiples of 8)."""
+    if height % 8 or width % 8:
+        raise ValueError(f"clips of {height}x{width}: the VAE needs multiples of 8")
+    return AutoencoderKLCogVideoX(
+        block_out_channels=recipe.block_out_channels,
+        layers_per_block=recipe.layers_per_block,
+        norm_num_groups=recipe.norm_num_groups,
+        latent_channels=recipe.latent_channels,
+        sample_height=height,
+        sample_width=width,
+    )
+
+
+def clip_tensor(frames: np.ndarray) -> torch.Tensor:
+    """uint8 [F, H, W, 3] → the VAE's input [3, F, H, W] in [-1, 1]."""
+    return torch.from_numpy(frames).permute(3, 0, 1, 2).float() / 127.5 - 1.0
+
+
+def _clip_paths(dataset: Path) -> list[Path]:
+    rows = read_rows(dataset).get("train", [])
+    if not rows:
+        raise ValueError(f"{dataset} has no train split to train a VAE on")
+    return [dataset / row["clip_path"] for row in rows]
+
+
+def train_vae(
+    dataset: Path, out: Path, recipe: VaeRecipe, max_steps: int | None = None
+) -> AutoencoderKLCogVideoX:
+    """Train on the dataset's train clips and save the VAE to `out` (a diffusers model folder,
+    `AutoencoderKLCogVideoX.from_pretrained(out)`); losses go to `out/losses.jsonl`."""
+    from tqdm.auto import tqdm
+
+    paths = _clip_paths(Path(dataset))
+    first = read_clip(paths[0])
+    rng = random.Random(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    vae = build_vae(recipe, first.shape[1], first.shape[2]).train()
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=recipe.lr, weight_decay=0.0)
+    steps = min(recipe.steps, max_steps or recipe.steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / steps))
+    )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "losses.jsonl").open("w", encoding="utf-8") as log, tqdm(
+        range(steps), desc="vae"
+    ) as progress:
+        for step in progress:
+            batch = torch.stack(
+                [clip_tensor(read_clip(p)) for p in rng.sample(paths, min(recipe.batch_size,
+                                                                        len(paths)))]
+            )
+            posterior = vae.encode(batch).latent_dist
+            reconstruction = vae.decode(posterior.sample()).sample
+            l1 = (reconstruction - batch).abs().mean()
+            loss = l1 + recipe.kl_weight * posterior.kl().mean()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            if step % recipe.log_every == 0 or step == steps - 1:
+                log.write(json.dumps({"step": step, "loss": loss.item(), "l1": l1.item()}) + "\n")
+                log.flush()
+                progress.set_postfix(l1=f"{l1.item():.4f}")
+    vae.eval()
+    vae.register_to_config(scaling_factor=latent_scaling_factor(vae, paths[: recipe.scale_samples]))
+    vae.save_pretrained(out, safe_serialization=True)
+    return vae
+
+
+@torch.no_grad()
+def latent_scaling_factor(vae: AutoencoderKLCogVideoX, paths: list[Path]) -> float:
+    """1 / std of the latent means of `paths`' clips."""
+    means = [vae.encode(clip_tensor(read_clip(p))[None]).latent_dist.mean for p in paths]
+    return float(1.0 / torch.cat(means).std().clamp_min(1e-6))
+
+
+@torch.no_grad()
+def reconstruction_error(vae: AutoencoderKLCogVideoX, frames: np.ndarray) -> float:
+    """Mean absolute error in [0, 255] of a clip through the VAE (the posterior's mean)."""
+    clip = clip_tensor(frames)[None]
+    decoded = vae.decode(vae.encode(clip).latent_dist.mean).sample
+    return float((decoded.clamp(-1, 1) - clip).abs().mean() * 127.5)
