@@ -512,3 +512,52 @@ def test_reference_first_token_with_history(reference_model, reference_io) -> No
 def test_reference_manifest_states_are_zero(reference_dir) -> None:
     manifest = json.loads((reference_dir / "mllm" / "mllm_manifest.json").read_text())
     assert all(t["pred_character_states"] == [0, 0, 0, 0] for t in manifest["turns"].values())
+
+
+def _greedy_with_the_training_mask(model, prompt, history, steps: int) -> list[int]:
+    """Greedy decoding that reruns the whole sequence each step under `attention_mask_4d` (the
+    query block bidirectional, everything else causal): what one-pass decoding must equal."""
+    ids, generated, rule = prompt.input_ids, [], FrameTokenRule()
+    for _ in range(steps):
+        with torch.no_grad():
+            extended = Prompt(ids, prompt.history_blocks, prompt.query_block)
+            _, embeds = model.embed_prompt(ids, history)
+            hidden = model.language_model.model(
+                inputs_embeds=embeds, attention_mask=attention_mask_4d(extended)
+            ).last_hidden_state
+            logits = model.language_model.lm_head(hidden[:, -1])
+        next_id = rule(ids, logits.float()).argmax(-1, keepdim=True)
+        generated.append(int(next_id))
+        if generated[-1] == tokens.EOS_ID:
+            break
+        ids = torch.cat([ids, next_id], dim=1)
+    return generated
+
+
+def test_trained_models_predict_in_one_pass_under_the_training_mask(tiny_prompt) -> None:
+    # seed 2: weights under which the query block's attention pattern changes the argmax
+    model = tiny_game_state_model(seed=2, representation_source="queries")
+    history = [_representation(4)]
+    representation, generated = model.represent_and_generate(tiny_prompt.input_ids, history)
+    torch.testing.assert_close(representation, model.represent(tiny_prompt.input_ids, history),
+                               rtol=0, atol=1e-5)
+    expected = _greedy_with_the_training_mask(model, tiny_prompt, history,
+                                              tokens.STATE_TOKENS_GENERATED)
+    assert generated == expected and len(generated) == tokens.STATE_TOKENS_GENERATED
+    # the release's path decodes causally: another pattern, here other tokens
+    assert generated != model.generate_state_ids(
+        tiny_prompt.input_ids, history, max_new_tokens=tokens.STATE_TOKENS_GENERATED
+    ).tolist()
+
+
+def test_predict_takes_the_one_pass_path_for_trained_models(tiny_model, monkeypatch) -> None:
+    model = tiny_game_state_model(representation_source="queries")
+    model.tokenizer = tiny_model.tokenizer
+    state_ids = [tokens.strength_id(2), tokens.ML_END_ID, tokens.SC_ID, tokens.strength_id(1),
+                 tokens.SC_END_ID, tokens.ET_ID, tokens.strength_id(0), tokens.ET_END_ID,
+                 tokens.ST_ID, tokens.strength_id(-1)]
+    monkeypatch.setattr(model, "represent_and_generate",
+                        lambda ids, history: (torch.zeros(1, 226, 64), state_ids))
+    monkeypatch.setattr(model, "predict_states", lambda *a: pytest.fail("release path used"))
+    _, states = model.predict([], "Character: A; Motion: quickly run; Background: night sky.")
+    assert states == GameStates(2, 1, 0, -1)

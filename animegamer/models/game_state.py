@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -126,6 +126,15 @@ class GameStateOutput(ModelOutput):
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     representation: torch.Tensor | None = None
+
+
+def _states_or_zeros(generated: list[int]) -> GameStates:
+    """The parsed states; malformed output gives all zeros and a warning."""
+    states = parse_state_ids(generated)
+    if states is None:
+        logger.warning("malformed state tokens %s; using zeros", generated)
+        return GameStates()
+    return states
 
 
 def _text(instruction: Instruction | str) -> str:
@@ -338,11 +347,7 @@ class GameStateModel(PreTrainedModel):
         """
         generated = self.generate_state_ids(input_ids, history_representations,
                                             max_new_tokens=STATE_TOKENS_GENERATED)
-        states = parse_state_ids(generated.tolist())
-        if states is None:
-            logger.warning("malformed state tokens %s; using zeros", generated.tolist())
-            return GameStates()
-        return states
+        return _states_or_zeros(generated.tolist())
 
     def predict(
         self,
@@ -363,12 +368,53 @@ class GameStateModel(PreTrainedModel):
             representations.append(representation)
         prompt = build_prompt(self.tokenizer, turns, _text(instruction))
         try:
+            if self.config.representation_source == "queries":
+                representation, generated = self.represent_and_generate(
+                    prompt.input_ids, representations
+                )
+                return representation, _states_or_zeros(generated)
             # `represent` runs `forward` (whose offload hook moves the weights) before generation.
             representation = self.represent(prompt.input_ids, representations)
             states = self.predict_states(prompt.input_ids, representations)
         finally:
             self.offload()
         return representation, states
+
+    @torch.no_grad()
+    def represent_and_generate(
+        self, input_ids: torch.Tensor, history_representations: Sequence[torch.Tensor] = ()
+    ) -> tuple[torch.Tensor, list[int]]:
+        """The representation and the generated state ids from one pass over the prompt, for
+        models trained here (`representation_source="queries"`).
+
+        The prompt runs once with the training mask (the query block bidirectional): its hidden
+        states at the queries are the representation, and its KV cache is where the state tokens
+        are decoded from, greedily, each new token attending to everything before it. So the
+        prompt is computed once (the release path runs it twice), and the states are read under
+        the attention pattern the model was trained with. The release's weights keep their own
+        path (`represent` + `predict_states`), which the reference vectors pin.
+        """
+        prompt, embeds = self.embed_prompt(input_ids, history_representations)
+        mask = attention_mask_4d(prompt, self.dtype, self.device)
+        decoder = self.language_model.model
+        output = decoder(inputs_embeds=embeds, attention_mask=mask, use_cache=True)
+        hidden = output.last_hidden_state
+        representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
+        cache = output.past_key_values
+        logits = self.language_model.lm_head(hidden[:, -1])
+        ids, rule = prompt.input_ids, FrameTokenRule()
+        generated: list[int] = []
+        for _ in range(STATE_TOKENS_GENERATED):
+            scores = rule(cast(torch.LongTensor, ids), cast(torch.FloatTensor, logits.float()))
+            next_id = scores.argmax(-1, keepdim=True)
+            generated.append(int(next_id))
+            if generated[-1] == EOS_ID:
+                break
+            ids = torch.cat([ids, next_id], dim=1)
+            step = decoder(input_ids=next_id, past_key_values=cache, use_cache=True)
+            cache = step.past_key_values
+            logits = self.language_model.lm_head(step.last_hidden_state[:, -1])
+        return representation, generated
 
     # ---- low-VRAM mode ----
 
