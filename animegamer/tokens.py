@@ -193,7 +193,7 @@ def _video_block_ids() -> list[int]:
     return [IMG_ID, FRAME_ID, *frames, FRAME_END_ID, IMG_END_ID]
 
 
-def _state_block_ids(states: GameStates) -> list[int]:
+def state_block_ids(states: GameStates) -> list[int]:
     """The trained state block, doubled `</ST>` included."""
     return [
         ML_ID, strength_id(states.ml), ML_END_ID,
@@ -221,7 +221,7 @@ def build_prompt(
     for turn in history:
         ids += turn_text(turn.instruction)
         blocks.append(slice(len(ids) + 2, len(ids) + 2 + REPRESENTATION_TOKENS))
-        ids += _video_block_ids() + _state_block_ids(turn.states)
+        ids += _video_block_ids() + state_block_ids(turn.states)
     ids += turn_text(instruction)
     query = slice(len(ids) + 2, len(ids) + 2 + REPRESENTATION_TOKENS)
     ids += [*_video_block_ids(), ML_ID]

@@ -26,7 +26,7 @@ def dataset(tmp_path_factory):
 
 
 def test_training_lowers_the_reconstruction_error_and_saves_a_loadable_vae(dataset, tmp_path):
-    recipe = VaeRecipe(steps=20, **TINY)
+    recipe = VaeRecipe(steps=20, train_frames=9, **TINY)
     clip = moving_square(3, 64, 96, (200, 60, 40))
     before = reconstruction_error(build_vae(recipe, 64, 96).eval(), clip)
     vae = train_vae(dataset, tmp_path / "vae", recipe)
@@ -44,6 +44,8 @@ def test_training_lowers_the_reconstruction_error_and_saves_a_loadable_vae(datas
 def test_recipe_and_sizes_are_checked():
     with pytest.raises(ValueError, match="steps"):
         VaeRecipe(steps=0)
+    with pytest.raises(ValueError, match="8k\\+1"):
+        VaeRecipe(train_frames=13)
     with pytest.raises(ValueError, match="colour"):
         VaeRecipe(colour=1)
     with pytest.raises(ValueError, match="multiples of 8"):

@@ -18,29 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
-from pydantic import BaseModel, ConfigDict, Field
 
 from animegamer.data.dataset import read_rows
 from animegamer.data.decode import read_clip
-
-
-class VaeRecipe(BaseModel):
-    """How to build and train the VAE."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    steps: int = Field(2000, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(2, ge=1)
-    kl_weight: float = Field(1e-6, ge=0)
-    block_out_channels: tuple[int, int, int, int] = (8, 16, 16, 32)
-    layers_per_block: int = Field(1, ge=1)
-    norm_num_groups: int = Field(4, ge=1)
-    latent_channels: int = Field(16, ge=1)
-    scale_samples: int = Field(32, ge=1)
-    """Clips whose latents set the scaling factor."""
-    seed: int = 0
-    log_every: int = Field(50, ge=1)
+from animegamer.train.recipe import VaeRecipe
 
 
 def build_vae(recipe: VaeRecipe, height: int, width: int) -> AutoencoderKLCogVideoX:
@@ -70,10 +51,15 @@ def _clip_paths(dataset: Path) -> list[Path]:
 
 
 def train_vae(
-    dataset: Path, out: Path, recipe: VaeRecipe, max_steps: int | None = None
+    dataset: Path,
+    out: Path,
+    recipe: VaeRecipe,
+    max_steps: int | None = None,
+    losses: Path | None = None,
 ) -> AutoencoderKLCogVideoX:
     """Train on the dataset's train clips and save the VAE to `out` (a diffusers model folder,
-    `AutoencoderKLCogVideoX.from_pretrained(out)`); losses go to `out/losses.jsonl`."""
+    `AutoencoderKLCogVideoX.from_pretrained(out)`); losses go to `losses` (default
+    `out/losses.jsonl`). Not resumable: a tiny world's VAE trains in minutes."""
     from tqdm.auto import tqdm
 
     paths = _clip_paths(Path(dataset))
@@ -88,14 +74,15 @@ def train_vae(
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "losses.jsonl").open("w", encoding="utf-8") as log, tqdm(
+    losses = losses or out / "losses.jsonl"
+    losses.parent.mkdir(parents=True, exist_ok=True)
+    with losses.open("w", encoding="utf-8") as log, tqdm(
         range(steps), desc="vae"
     ) as progress:
         for step in progress:
-            batch = torch.stack(
-                [clip_tensor(read_clip(p)) for p in rng.sample(paths, min(recipe.batch_size,
-                                                                        len(paths)))]
-            )
+            picked = rng.sample(paths, min(recipe.batch_size, len(paths)))
+            batch = torch.stack([_window(clip_tensor(read_clip(p)), recipe.train_frames, rng)
+                                 for p in picked])
             posterior = vae.encode(batch).latent_dist
             reconstruction = vae.decode(posterior.sample()).sample
             l1 = (reconstruction - batch).abs().mean()
@@ -112,6 +99,14 @@ def train_vae(
     vae.register_to_config(scaling_factor=latent_scaling_factor(vae, paths[: recipe.scale_samples]))
     vae.save_pretrained(out, safe_serialization=True)
     return vae
+
+
+def _window(clip: torch.Tensor, frames: int, rng: random.Random) -> torch.Tensor:
+    """A random run of `frames` consecutive frames of a clip [3, F, H, W]."""
+    if frames >= clip.shape[1]:
+        return clip
+    start = rng.randrange(clip.shape[1] - frames + 1)
+    return clip[:, start:start + frames]
 
 
 @torch.no_grad()

@@ -1,0 +1,536 @@
+"""Phase (b) of training (DESIGN §11): the game-state model learns states and representations.
+
+A sample is a window of 1..5 consecutive shots of an episode (`episodes.episode_windows`). Its
+sequence is the play-time prompt of the target turn (`tokens.build_prompt`: the history turns
+with their instructions, their frame blocks and their *labelled* states, then the target's
+instruction, its 226 query positions and `<ML>`) followed by the target's state tokens
+
+    <Strength_ML> </ML> <SC> <Strength_SC> </SC> <ET> <Strength_ET> </ET> <ST> <Strength_ST>
+    </ST> </ST> </TURN> EOS
+
+(the rest of the trained state block after the prompt's `<ML>`, and EOS, where the release's
+generation stops). Labels are -100 on the whole prompt (context, history states, query block and
+`<ML>`) and the ids themselves on these 14 positions: the CE is on the target's state tokens
+only. The states are the dataset's labels as they are: ML = `motion_level` (1..5), SC/ET 0/1,
+ST ±1 (the game multiplies the deltas by 5, `game.apply_states`; `tokens.parse_state_ids` reads
+them back).
+
+History frame blocks carry `input_resampler(E_a(shot))`, the frozen shot encoder's projection of
+each history shot's cached features; the model reads the representation at the target's query
+positions (`representation_source="queries"`), and the loss is
+`CE + mse_weight · MSE(output_resampler(query hidden states), E_a(target shot))`.
+
+Trainable: a LoRA (peft) on the language model's q/k/v/o/gate/up/down projections; the norms,
+both embedding matrices (input embeddings and lm_head) and both resamplers train fully, by
+setting `requires_grad` on the original modules after `get_peft_model` froze them (not peft's
+`modules_to_save`, which would keep a second copy of each embedding matrix). At the end the LoRA
+is merged (`merge_and_unload`) and the model saved in the character-folder layout.
+
+The loop runs through `accelerate`: mixed precision (autocast over fp32 weights), several
+processes (each takes its share of a step's windows), `save_state`/`load_state` checkpoints
+(of the trained parameters, optimizer and RNG states; the frozen weights come from `init`). The
+model takes one sequence at a time, so a step of `batch_size` windows is accumulated
+(`accelerator.accumulate`, one window per micro-step, which DeepSpeed also follows).
+Which window comes at which step depends only on the seed and the step, so a resumed run
+continues the same data order. Merging gathers nothing: a run sharded by ZeRO-3 or FSDP must be
+saved with full parameters first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import load_file
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from animegamer.data.dataset import read_rows
+from animegamer.game import GameStates
+from animegamer.models.game_state import GameStateConfig, GameStateModel
+from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.shot_encoder import AnimeGamerShotEncoder
+from animegamer.tokens import (
+    EOS_ID,
+    VOCAB_SIZE,
+    HistoryTurn,
+    Prompt,
+    build_prompt,
+    build_tokenizer,
+    state_block_ids,
+)
+from animegamer.train.episodes import EpisodeWindow, episode_windows
+from animegamer.train.loop import losses_path
+
+__all__ = [
+    "BaseLLMInit",
+    "CharacterInit",
+    "GameStateRecipe",
+    "TinyInit",
+    "TinySpec",
+    "TrainingSample",
+    "WindowSchedule",
+    "accelerator_options",
+    "build_game_state_model",
+    "fully_trained_modules",
+    "gradient_accumulation_steps",
+    "representation_width",
+    "row_states",
+    "shot_representations",
+    "target_representations",
+    "target_state_ids",
+    "train_game_state",
+    "training_sample",
+    "window_losses",
+    "window_prompt",
+    "with_lora",
+]
+
+logger = logging.getLogger(__name__)
+
+PHASE_FOLDER = "game_state"
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_STATE = "trainer_state.json"
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "norm")
+"""Mistral's RMSNorms (each decoder layer's two and the final one): they train fully."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CharacterInit(_Strict):
+    """Start from an existing character folder (a converted release or an earlier run)."""
+
+    character: Path
+
+
+class BaseLLMInit(_Strict):
+    """Start from a Mistral causal-LM folder (weights and tokenizer): the AnimeGamer tokens are
+    added, the embeddings resized, the resamplers fresh."""
+
+    base_llm: Path
+
+
+class TinySpec(_Strict):
+    seed: int = 0
+
+
+class TinyInit(_Strict):
+    """A fresh tiny random model (`models.tiny_game_state`), for tests and the CPU world."""
+
+    tiny: TinySpec
+
+
+class GameStateRecipe(_Strict):
+    """Hyperparameters of phase (b). Paper values where it gives them (lr, LoRA, α, 1–5 turns,
+    15k steps); the batch size is ours."""
+
+    init: CharacterInit | BaseLLMInit | TinyInit
+    steps: int = Field(15_000, ge=1)
+    lr: float = Field(5e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(8, ge=1, description="windows per optimizer step, all processes")
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    lora_rank: int = Field(32, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_target_modules: tuple[str, ...] = LORA_TARGETS
+    mse_weight: float = Field(1.0, ge=0, description="α of the representation loss")
+    max_turns: int = Field(5, ge=1, le=5)
+    seed: int = 0
+    checkpoint_every: int = Field(500, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    gradient_checkpointing: bool = False
+
+
+# ---- samples ----
+
+
+def row_states(row: dict[str, Any]) -> GameStates:
+    """A dataset row's state labels as the state tokens write them."""
+    return GameStates(ml=row["motion_level"], sc=row["sc"], et=row["et"], st=row["st"])
+
+
+def window_prompt(tokenizer: PreTrainedTokenizerFast, window: EpisodeWindow) -> Prompt:
+    """The play-time prompt of the window's target turn, its history teacher-forced (the data's
+    instructions and states)."""
+    history = [HistoryTurn(row["instruction"], row_states(row)) for row in window.history]
+    return build_prompt(tokenizer, history, window.target["instruction"])
+
+
+@dataclass
+class TrainingSample:
+    """One training sequence [1, L] and its labels [1, L] (-100 but on the target ids)."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    target_length: int
+
+
+def target_state_ids(states: GameStates) -> list[int]:
+    """What the model learns to generate after the prompt's `<ML>` (see the module docstring)."""
+    return [*state_block_ids(states)[1:], EOS_ID]
+
+
+def training_sample(tokenizer: PreTrainedTokenizerFast, window: EpisodeWindow) -> TrainingSample:
+    prompt = window_prompt(tokenizer, window)
+    target = torch.tensor([target_state_ids(row_states(window.target))], dtype=torch.long)
+    ignored = torch.full_like(prompt.input_ids, -100)
+    return TrainingSample(
+        input_ids=torch.cat([prompt.input_ids, target], dim=1),
+        labels=torch.cat([ignored, target], dim=1),
+        target_length=target.shape[1],
+    )
+
+
+def representation_width(encoder: AnimeGamerShotEncoder) -> int:
+    """D, the width of the encoder's representations (the decoder's hidden size)."""
+    config: Any = encoder.config
+    return int(config.width)
+
+
+def _features(dataset: Path, row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    if not row.get("features_path"):
+        raise ValueError(f"shot {row.get('shot_id')} has no cached features: build the dataset "
+                         "with features")
+    tensors = load_file(dataset / row["features_path"])
+    return tensors["text_features"], tensors["image_features"]
+
+
+@torch.no_grad()
+def shot_representations(encoder: AnimeGamerShotEncoder, dataset: Path,
+                         rows: Sequence[dict[str, Any]]) -> torch.Tensor:
+    """E_a of each row's shot from its cached features: [len(rows), 226, D]."""
+    if not rows:
+        return torch.empty(0, REPRESENTATION_TOKENS, representation_width(encoder),
+                           device=encoder.device, dtype=encoder.dtype)
+    text, image = zip(*(_features(dataset, row) for row in rows), strict=True)
+    return encoder.project(torch.stack(text).to(encoder.device),
+                           torch.stack(image).to(encoder.device))
+
+
+@torch.no_grad()
+def target_representations(
+    model: GameStateModel,
+    windows: Sequence[EpisodeWindow],
+    history_representations: Sequence[Sequence[torch.Tensor]],
+) -> torch.Tensor:
+    """The model's representation of each window's target shot, [B, 226, D], its history
+    teacher-forced: the data's instructions and states, and `history_representations[i]` (one
+    [226, D] per history shot of window i, e.g. `shot_representations` of `window.history`)."""
+    if model.tokenizer is None:
+        raise ValueError("the game-state model has no tokenizer")
+    if len(windows) != len(history_representations):
+        raise ValueError(f"{len(windows)} windows but {len(history_representations)} histories")
+    representations = [
+        model.represent(window_prompt(model.tokenizer, window).input_ids, list(history))[0]
+        for window, history in zip(windows, history_representations, strict=True)
+    ]
+    return torch.stack(representations)
+
+
+class WindowSchedule:
+    """The training windows in order, epoch after epoch (epoch e is `episode_windows` with seed
+    `seed + e`): position p's window depends only on p, so a resumed run sees the same order."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], max_turns: int, seed: int) -> None:
+        self.rows, self.max_turns, self.seed = rows, max_turns, seed
+        self._epoch = 0
+        self._windows = episode_windows(rows, max_turns, seed)
+        if not self._windows:
+            raise ValueError("the dataset has no training rows")
+
+    def window(self, position: int) -> EpisodeWindow:
+        epoch, offset = divmod(position, len(self._windows))
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._windows = episode_windows(self.rows, self.max_turns, self.seed + epoch)
+        return self._windows[offset]
+
+    def batch(self, step: int, size: int) -> list[EpisodeWindow]:
+        return [self.window(step * size + i) for i in range(size)]
+
+
+# ---- the model ----
+
+
+def build_game_state_model(init: CharacterInit | BaseLLMInit | TinyInit,
+                           representation_dim: int) -> GameStateModel:
+    """The model phase (b) starts from (fp32, on CPU), reading the representation at the query
+    positions (`representation_source="queries"`)."""
+    if isinstance(init, CharacterInit):
+        model = GameStateModel.from_pretrained(init.character)
+        if model.representation_dim != representation_dim:
+            raise ValueError(f"{init.character} has representations of width "
+                             f"{model.representation_dim}, the shot encoder {representation_dim}")
+        model.config.representation_source = "queries"
+    elif isinstance(init, BaseLLMInit):
+        tokenizer = build_tokenizer(init.base_llm)
+        llm = AutoModelForCausalLM.from_pretrained(init.base_llm, dtype=torch.float32)
+        llm.resize_token_embeddings(VOCAB_SIZE)
+        config = GameStateConfig(text_config=llm.config, representation_dim=representation_dim,
+                                 representation_source="queries")
+        model = GameStateModel(config, language_model=llm)
+        model.tokenizer = tokenizer
+    else:
+        from animegamer.models.tiny_game_state import tiny_game_state_model
+
+        model = tiny_game_state_model(representation_dim, seed=init.tiny.seed,
+                                      representation_source="queries")
+    return model
+
+
+def fully_trained_modules(model: GameStateModel) -> list[nn.Module]:
+    """Modules trained in full: both embedding matrices, the norms, both resamplers."""
+    llm = model.language_model
+    norms = [module for name, module in llm.named_modules()
+             if name.rsplit(".", 1)[-1] in NORM_NAMES]
+    return [llm.get_input_embeddings(), llm.get_output_embeddings(), *norms,
+            model.input_resampler, model.output_resampler]
+
+
+def with_lora(model: GameStateModel, recipe: GameStateRecipe) -> Any:
+    """`model` as a `peft.PeftModel` with the recipe's LoRA on the language model and the
+    fully trained modules unfrozen; `merge_and_unload()` gives the `GameStateModel` back."""
+    from peft import LoraConfig, get_peft_model
+
+    if recipe.gradient_checkpointing:
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    config = LoraConfig(r=recipe.lora_rank, lora_alpha=recipe.lora_alpha,
+                        lora_dropout=recipe.lora_dropout,
+                        target_modules=list(recipe.lora_target_modules))
+    peft_model = get_peft_model(model, config)
+    for module in fully_trained_modules(model):
+        module.requires_grad_(True)
+    return peft_model.train()
+
+
+def window_losses(model: nn.Module, tokenizer: PreTrainedTokenizerFast,
+                  encoder: AnimeGamerShotEncoder, dataset: Path, window: EpisodeWindow,
+                  mse_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, CE, MSE) of one window; logits only where the labels are (not the whole prompt)."""
+    representations = shot_representations(encoder, dataset, window.rows)
+    sample = training_sample(tokenizer, window)
+    kept = sample.target_length + 1
+    output = model(input_ids=sample.input_ids, history_representations=list(representations[:-1]),
+                   labels=sample.labels[:, -kept:], logits_to_keep=kept)
+    mse = F.mse_loss(output.representation.float(), representations[-1:].float())
+    return output.loss + mse_weight * mse, output.loss, mse
+
+
+# ---- checkpoints and the loss log ----
+
+
+def gradient_accumulation_steps(batch_size: int, num_processes: int) -> int:
+    """Micro-steps per optimizer step: the model takes one window at a time, so each process
+    accumulates its share of the batch (what the `Accelerator` must be created with)."""
+    if batch_size % num_processes:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {num_processes} "
+                         "processes")
+    return batch_size // num_processes
+
+
+def accelerator_options(recipe: GameStateRecipe, num_processes: int) -> dict[str, Any]:
+    """What the `Accelerator` of this phase must be created with (add mixed precision, trackers,
+    …): the accumulation of `gradient_accumulation_steps`, and DDP told that some parameters
+    may get no gradient in a step (the input resampler, when a process's windows have no
+    history)."""
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    return {
+        "gradient_accumulation_steps": gradient_accumulation_steps(recipe.batch_size,
+                                                                   num_processes),
+        "kwargs_handlers": [DistributedDataParallelKwargs(find_unused_parameters=True)],
+    }
+
+
+def _checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (their step written last), oldest first."""
+    found = []
+    for state in folder.glob(f"step-*/{CHECKPOINT_STATE}"):
+        found.append((json.loads(state.read_text(encoding="utf-8"))["step"], state.parent))
+    return sorted(found)
+
+
+def _save_checkpoint(accelerator: Any, folder: Path, step: int, keep: int) -> None:
+    path = folder / f"step-{step:08d}"
+    accelerator.save_state(str(path))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (path / CHECKPOINT_STATE).write_text(json.dumps({"step": step}) + "\n", encoding="utf-8")
+        for _, old in _checkpoints(folder)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+
+
+def _truncate_losses(path: Path, step: int) -> None:
+    """Drop logged steps after `step` (an interrupted run may have logged past its last
+    checkpoint)."""
+    if not path.is_file():
+        return
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
+             if line and json.loads(line)["step"] <= step]
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def _saves_plain_state_dicts(accelerator: Any) -> bool:
+    """Whether `save_state` writes the model's state dict itself (not DeepSpeed, FSDP or
+    Megatron, which save their own way and keep everything)."""
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type not in (
+        DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
+
+
+def _checkpoint_trainable_only(accelerator: Any, model: nn.Module) -> Any:
+    """Make `save_state` keep only the trained parameters (the frozen base weights are rebuilt
+    from `init`: 7B of fp32 weights per checkpoint otherwise); `load_state(strict=False)` reads
+    them back. Returns the hook's handle."""
+    trained = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+    def keep_trained(models: list[nn.Module], weights: list[dict[str, Any]], _: str) -> None:
+        for prepared, state in zip(models, weights, strict=True):
+            if prepared is model:
+                for name in [name for name in state if name not in trained]:
+                    del state[name]
+
+    return accelerator.register_save_state_pre_hook(keep_trained)
+
+
+@dataclass
+class _Trainer:
+    """One optimizer step over a global batch of windows (this process takes its share)."""
+
+    accelerator: Any
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    trainable: list[nn.Parameter]
+    encoder: AnimeGamerShotEncoder
+    tokenizer: PreTrainedTokenizerFast
+    dataset: Path
+    recipe: GameStateRecipe
+
+    def step(self, batch: Sequence[EpisodeWindow]) -> dict[str, float]:
+        """One window per micro-step through `accelerator.accumulate` (no gradient sync, no
+        optimizer step until the last), and the global batch's mean loss, CE and MSE."""
+        accelerator = self.accelerator
+        windows = batch[accelerator.process_index::accelerator.num_processes]
+        totals = torch.zeros(3, device=accelerator.device)
+        for window in windows:
+            with accelerator.accumulate(self.model):
+                loss, ce, mse = window_losses(self.model, self.tokenizer, self.encoder,
+                                              self.dataset, window, self.recipe.mse_weight)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and self.recipe.max_grad_norm is not None:
+                    accelerator.clip_grad_norm_(self.trainable, self.recipe.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            totals += torch.stack([loss, ce, mse]).detach().float() / len(windows)
+        if not accelerator.sync_gradients:
+            raise RuntimeError("gradient accumulation is out of step with the batches")
+        loss, ce, mse = accelerator.reduce(totals, reduction="mean").tolist()
+        return {"loss": loss, "ce": ce, "mse": mse}
+
+
+# ---- the loop ----
+
+
+def train_game_state(
+    dataset: Path,
+    out: Path,
+    recipe: GameStateRecipe | dict[str, Any],
+    shot_encoder: AnimeGamerShotEncoder,
+    accelerator: Any,
+    resume: bool = False,
+    max_steps: int | None = None,
+) -> Path:
+    """Train phase (b) on the dataset's train split; returns OUT/game_state (a character
+    folder's game-state part: llm/, resamplers.safetensors, tokenizer/, game_state_config.json).
+
+    `accelerator`: an `accelerate.Accelerator` (mixed precision, processes) created with
+    `gradient_accumulation_steps=gradient_accumulation_steps(batch_size, num_processes)`. `resume`
+    continues from the newest checkpoint under OUT/checkpoints/game_state (a fresh run refuses a
+    folder that has some). `max_steps`: stop this call at that step (checkpointed, and the model
+    saved as of then); a later `resume=True` continues to `recipe.steps`. The phase releases
+    what the accelerator held before (`free_memory`) and when it is done.
+    """
+    from accelerate.utils import set_seed
+
+    recipe = recipe if isinstance(recipe, GameStateRecipe) else GameStateRecipe.model_validate(
+        recipe)
+    accumulation = gradient_accumulation_steps(recipe.batch_size, accelerator.num_processes)
+    if accelerator.gradient_accumulation_steps != accumulation:
+        raise ValueError(f"batch_size {recipe.batch_size} on {accelerator.num_processes} "
+                         f"processes needs an Accelerator with gradient_accumulation_steps="
+                         f"{accumulation}, not {accelerator.gradient_accumulation_steps}")
+    dataset, folder = Path(dataset), Path(out) / PHASE_FOLDER
+    # beside the phase's output, as the decoder phases keep theirs (`loop`)
+    checkpoints = Path(out) / CHECKPOINTS / PHASE_FOLDER
+    losses = losses_path(Path(out), PHASE_FOLDER)
+    if not resume and _checkpoints(checkpoints):
+        raise FileExistsError(f"{checkpoints} holds checkpoints: resume, or remove it")
+    rows = read_rows(dataset).get("train", [])
+    schedule = WindowSchedule(rows, recipe.max_turns, recipe.seed)
+
+    accelerator.free_memory()  # checkpoints hold this phase's model and optimizer only
+    set_seed(recipe.seed)
+    encoder = shot_encoder.to(accelerator.device).eval().requires_grad_(False)
+    model = build_game_state_model(recipe.init, representation_width(encoder))
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        raise ValueError("the initial game-state model has no tokenizer")
+    peft_model = with_lora(model, recipe)
+    trainable = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    peft_model, optimizer = accelerator.prepare(peft_model, optimizer)
+    if (isinstance(peft_model, nn.parallel.DistributedDataParallel)
+            and not peft_model.find_unused_parameters):
+        raise ValueError("DDP needs find_unused_parameters=True here (a 1-turn window leaves "
+                         "the input resampler without gradient): see accelerator_options")
+    plain = _saves_plain_state_dicts(accelerator)
+    hook = _checkpoint_trainable_only(accelerator, peft_model) if plain else None
+
+    start = 0
+    if resume and _checkpoints(checkpoints):
+        start, path = _checkpoints(checkpoints)[-1]
+        accelerator.load_state(str(path), **({"strict": False} if plain else {}))
+        logger.info("resuming from %s (step %d)", path, start)
+    stop = recipe.steps if max_steps is None else min(recipe.steps, max_steps)
+    if accelerator.is_main_process:
+        losses.parent.mkdir(parents=True, exist_ok=True)
+        _truncate_losses(losses, start)
+
+    trainer = _Trainer(accelerator, peft_model, optimizer, trainable, encoder, tokenizer, dataset,
+                       recipe)
+    bar = tqdm(range(start, stop), initial=start, total=stop, desc="game state", unit="step",
+               disable=not accelerator.is_local_main_process)
+    try:
+        for step in bar:
+            record = {"step": step + 1, **trainer.step(schedule.batch(step, recipe.batch_size))}
+            accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step + 1)
+            bar.set_postfix(loss=f"{record['loss']:.4f}")
+            if accelerator.is_main_process:
+                with losses.open("a", encoding="utf-8") as file:
+                    file.write(json.dumps(record) + "\n")
+            if (step + 1) % recipe.checkpoint_every == 0 or step + 1 == stop:
+                _save_checkpoint(accelerator, checkpoints, step + 1, recipe.keep_checkpoints)
+    finally:
+        if hook is not None:
+            hook.remove()
+    accelerator.wait_for_everyone()
+    merged: GameStateModel = accelerator.unwrap_model(peft_model).merge_and_unload()
+    merged.save_pretrained(folder, is_main_process=accelerator.is_main_process)
+    accelerator.wait_for_everyone()
+    accelerator.free_memory()
+    return folder

@@ -1,0 +1,163 @@
+"""The optimisation loop the decoder phases share, on `accelerate`.
+
+Resuming reproduces an uninterrupted run: a checkpoint is `accelerator.save_state` (model,
+optimizer, RNG states) in `OUT/checkpoints/<phase>/step-NNNNNNNN`, and everything random in a
+step (which samples, the noise, the timesteps, the dropout) comes from `micro_generator(seed,
+micro step, process)` and `sample_indices(...)`, pure functions of the step counter; so does the
+data order. Losses go to `OUT/logs/<phase>/losses.jsonl` as `{"step": s, "loss": x}` lines (a
+resumed run first drops the lines past its checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+CHECKPOINTS = "checkpoints"
+LOGS = "logs"
+_STEP_DIR = re.compile(r"step-(\d{8})")
+
+MicroLoss = Callable[[int, torch.Generator], torch.Tensor]
+"""loss(micro step, generator) → the scalar loss of one micro-batch of this process."""
+
+
+def losses_path(out: Path, phase: str) -> Path:
+    """OUT/logs/<phase>/losses.jsonl (beside, not inside, the pipeline folders)."""
+    return out / LOGS / phase / "losses.jsonl"
+
+
+def checkpoint_dir(out: Path, phase: str, step: int) -> Path:
+    return out / CHECKPOINTS / phase / f"step-{step:08d}"
+
+
+def latest_checkpoint(out: Path, phase: str) -> tuple[int, Path] | None:
+    """The (step, folder) of the phase's newest complete checkpoint, or None."""
+    folder = out / CHECKPOINTS / phase
+    found = [
+        (int(match.group(1)), path)
+        for path in (folder.iterdir() if folder.is_dir() else ())
+        if (match := _STEP_DIR.fullmatch(path.name)) and path.is_dir()
+    ]
+    return max(found) if found else None
+
+
+def micro_generator(seed: int, micro_step: int, process_index: int = 0) -> torch.Generator:
+    """The CPU generator of one micro-batch: a pure function of the run's seed, the micro step
+    and the process, so a resumed run draws exactly what the uninterrupted one drew."""
+    mixed = ((seed * 1_000_003 + micro_step) * 1_009 + process_index) % (2**63)
+    return torch.Generator().manual_seed(mixed)
+
+
+def sample_indices(
+    count: int,
+    batch_size: int,
+    micro_step: int,
+    seed: int,
+    process_index: int = 0,
+    num_processes: int = 1,
+) -> list[int]:
+    """This process's samples of a micro step: the micro steps walk through a stream of epochs,
+    each a seeded permutation of `count` items; process p takes the p-th slice of each global
+    batch."""
+    if count < 1:
+        raise ValueError("no training samples")
+    start = (micro_step * num_processes + process_index) * batch_size
+    indices = []
+    for position in range(start, start + batch_size):
+        epoch, offset = divmod(position, count)
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(seed + epoch))
+        indices.append(int(order[offset]))
+    return indices
+
+
+def trim_losses(path: Path, step: int) -> None:
+    """Drop the log lines past `step` (a run resumed from that step writes them again; a
+    fresh run, step 0, starts an empty log)."""
+    if not path.is_file():
+        return
+    kept = [
+        line for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line)["step"] <= step
+    ]
+    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
+def read_losses(path: Path) -> list[dict[str, float]]:
+    """The `{"step", "loss"}` records of a losses.jsonl."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the loop needs besides the model: the phase's name (checkpoint and log folders),
+    the run's seed, when to checkpoint and log, and the gradient-norm clip."""
+
+    phase: str
+    seed: int
+    checkpoint_every: int
+    log_every: int
+    max_grad_norm: float
+
+
+def train_steps(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    parameters: Iterable[torch.nn.Parameter],
+    micro_loss: MicroLoss,
+    settings: LoopSettings,
+    out: Path,
+    start: int,
+    end: int,
+    total: int,
+) -> int:
+    """Optimizer steps `start` → `end` (of `total` in the phase); returns `end`.
+
+    Each step runs `gradient_accumulation_steps` micro-batches under `accelerator.accumulate`.
+    A checkpoint is written every `checkpoint_every` steps and at `end` (a stage's last step,
+    or where `--max-steps` stops the run).
+    """
+    trainable = [p for p in parameters if p.requires_grad]
+    accumulation = accelerator.gradient_accumulation_steps
+    log = losses_path(out, settings.phase)
+    if accelerator.is_main_process:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(
+        total=total, initial=start, desc=settings.phase,
+        disable=not accelerator.is_local_main_process,
+    )
+    for step in range(start, end):
+        losses = []
+        for k in range(accumulation):
+            micro = step * accumulation + k
+            with accelerator.accumulate(model):
+                loss = micro_loss(
+                    micro, micro_generator(settings.seed, micro, accelerator.process_index)
+                )
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(trainable, settings.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        mean = accelerator.reduce(torch.stack(losses).mean(), reduction="mean").item()
+        done = step + 1
+        bar.update()
+        bar.set_postfix(loss=f"{mean:.4f}")
+        if done % settings.log_every == 0:
+            if accelerator.is_main_process:
+                with log.open("a", encoding="utf-8") as file:
+                    file.write(json.dumps({"step": done, "loss": mean}) + "\n")
+            accelerator.log({f"{settings.phase}/loss": mean}, step=done)
+        if done % settings.checkpoint_every == 0 or done == end:
+            accelerator.save_state(str(checkpoint_dir(out, settings.phase, done)))
+    bar.close()
+    return end

@@ -1,0 +1,185 @@
+"""The training recipe: one YAML file with the settings of every phase (DESIGN §11).
+
+    seed: 0
+    mixed_precision: bf16            # "no" | "bf16" | "fp16"
+    gradient_accumulation_steps: 1
+    gradient_checkpointing: true
+    checkpoint_every: 500            # optimizer steps between `accelerator.save_state` checkpoints
+    log_every: 10                    # optimizer steps between lines of OUT/<phase>/losses.jsonl
+    decoder:   {...}                 # phase a (`DecoderRecipe`)
+    game_state: {...}                # phase b (its own model, validated by its phase)
+    adapt:     {...}                 # phase c (`AdaptRecipe`)
+
+`load_recipe` validates it and names the file and the field of any error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VaeRecipe(_Section):
+    """A small video VAE for a world of tiny clips (`animegamer.train.vae`); real characters
+    use CogVideoX-2B's VAE as it is."""
+
+    steps: int = Field(2000, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(2, ge=1)
+    kl_weight: float = Field(1e-6, ge=0)
+    block_out_channels: tuple[int, int, int, int] = (8, 16, 16, 32)
+    layers_per_block: int = Field(1, ge=1)
+    norm_num_groups: int = Field(4, ge=1)
+    latent_channels: int = Field(16, ge=1)
+    train_frames: int = Field(17, ge=9)
+    """Frames of the window cut from each clip per step, 8k+1 (an odd number of latent frames:
+    CogVideoX's VAE decodes them in pairs after a first group of three); fewer than the clip's
+    make a step cheaper, the convolutions being the same."""
+    scale_samples: int = Field(32, ge=1)
+    """Clips whose latents set the scaling factor."""
+    seed: int = 0
+    log_every: int = Field(50, ge=1)
+
+    @field_validator("train_frames")
+    @classmethod
+    def _whole_latent_frames(cls, frames: int) -> int:
+        if frames % 8 != 1:
+            raise ValueError("must be 8k+1 (9, 17, …: an odd number of latent frames)")
+        return frames
+
+
+class TinyInit(_Section):
+    """Fresh random tiny models (tests, the CPU world): a `tiny_transformer_config`-style
+    transformer of `representation_dim` (a multiple of 32) with `num_layers` blocks,
+    `tiny_vae()`, and a shot encoder whose input widths are read from the dataset's features."""
+
+    representation_dim: int = Field(default=64, gt=0, multiple_of=32)
+    num_layers: int = Field(default=2, gt=0)
+    seed: int = 0
+    vae: Path | None = None
+    """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
+    it trained (OUT/vae) when the recipe has a `vae` section."""
+
+
+class DecoderInit(_Section):
+    """Where phase a starts: an existing pipeline/character folder (it must hold a
+    `shot_encoder/`), or fresh tiny models. Exactly one of the two."""
+
+    pipeline: Path | None = None
+    tiny: TinyInit | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DecoderInit:
+        if (self.pipeline is None) == (self.tiny is None):
+            raise ValueError("set exactly one of 'pipeline' (a folder) and 'tiny' (sizes)")
+        return self
+
+
+class CfgDropout(_Section):
+    """Classifier-free-guidance dropout of phase a, per sample. `text_zero` and `text_empty`
+    are exclusive outcomes of one draw (the cached features hold no T5 embedding of "", so
+    empty text is zero text too); the image draw is independent. The motion scope is never
+    dropped."""
+
+    text_zero: float = Field(default=0.10, ge=0, le=1)
+    text_empty: float = Field(default=0.05, ge=0, le=1)
+    image_zero: float = Field(default=0.05, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _text_total(self) -> CfgDropout:
+        if self.text_zero + self.text_empty > 1:
+            raise ValueError("text_zero + text_empty must not exceed 1")
+        return self
+
+
+class LoraSettings(_Section):
+    """The LoRA on the transformer blocks' attention projections (to_q, to_k, to_v, to_out.0);
+    `lora_alpha` defaults to the rank (scale 1)."""
+
+    lora_rank: int = Field(default=64, gt=0)
+    lora_alpha: int | None = Field(default=None, gt=0)
+
+    @property
+    def alpha(self) -> int:
+        return self.lora_rank if self.lora_alpha is None else self.lora_alpha
+
+
+class DecoderRecipe(LoraSettings):
+    """Phase a: shot encoder and decoder (paper: 10k warm-up + 80k joint steps, lr 2e-4)."""
+
+    init: DecoderInit
+    warmup_steps: int = Field(ge=0)
+    joint_steps: int = Field(ge=0)
+    lr: float = Field(default=2e-4, gt=0)
+    batch_size: int = Field(default=1, gt=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    cfg_dropout: CfgDropout = Field(default_factory=CfgDropout)
+
+
+class AdaptRecipe(LoraSettings):
+    """Phase c: the decoder learns to render the game-state model's predictions (paper: 10k
+    steps, lr 5e-5). `uncond_dropout`: the share of samples whose condition is the
+    unconditional representation, so the CFG row stays trained."""
+
+    steps: int = Field(ge=0)
+    lr: float = Field(default=5e-5, gt=0)
+    batch_size: int = Field(default=1, gt=0)
+    max_turns: int = Field(default=5, gt=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    uncond_dropout: float = Field(default=0.1, ge=0, le=1)
+
+
+class Recipe(_Section):
+    """A whole training run; phases missing from the file cannot be run."""
+
+    seed: int = 0
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    gradient_accumulation_steps: int = Field(default=1, gt=0)
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = Field(default=500, gt=0)
+    log_every: int = Field(default=10, gt=0)
+    vae: VaeRecipe | None = None
+    decoder: DecoderRecipe | None = None
+    game_state: dict[str, Any] | None = None
+    adapt: AdaptRecipe | None = None
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be read or does not validate; the message names file and field."""
+
+
+def _location(error: ErrorDetails) -> str:
+    return ".".join(str(part) for part in error["loc"]) or "(top level)"
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate a recipe YAML file; `RecipeError` naming the file and each bad field."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise RecipeError(f"{path}: cannot read the recipe ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise RecipeError(f"{path}: not valid YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping of fields, got {type(data).__name__}")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{_location(e)}: {e['msg']}" for e in error.errors())
+        raise RecipeError(f"{path}: {problems}") from None

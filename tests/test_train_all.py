@@ -1,0 +1,65 @@
+"""`python -m animegamer.train all`: from a dataset to a character folder the game plays."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
+from tiny_dataset import write_tiny_dataset
+
+from animegamer.convert.character import check_layout, read_manifest
+from animegamer.engine import create_nano_engine
+from animegamer.game import make_instruction, new_session
+from animegamer.settings import Settings
+from animegamer.train.__main__ import main
+
+TINY_VAE = {"steps": 2, "batch_size": 1, "train_frames": 9, "block_out_channels": [4, 8, 8, 8],
+            "norm_num_groups": 2, "scale_samples": 2, "log_every": 1}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("all")
+    dataset = write_tiny_dataset(root / "dataset")
+    recipe = yaml.safe_load(Path("recipes/tiny.yaml").read_text())
+    recipe["vae"] = TINY_VAE
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    args = ["all", "--dataset", str(dataset), "--out", str(root / "run"),
+            "--config", str(root / "recipe.yaml")]
+    assert main(args) == 0
+    return root
+
+
+def test_all_trains_every_phase_and_assembles_a_character(trained, tmp_path):
+    run = trained / "run"
+    for part in ("vae", "decoder", "game_state", "decoder_adapted", "character"):
+        assert (run / part).is_dir(), part
+    character = run / "character"
+    check_layout(character)
+    assert read_manifest(character)["character"] == "Qiqi"
+    card = (character / "README.md").read_text()
+    for phase in ("vae", "decoder", "game_state", "adapt"):
+        assert f"| {phase} |" in card
+    # the decoder was built on the VAE trained first
+    trained_vae = AutoencoderKLCogVideoX.from_pretrained(run / "vae")
+    used_vae = AutoencoderKLCogVideoX.from_pretrained(character / "vae")
+    assert used_vae.config.scaling_factor == trained_vae.config.scaling_factor
+    assert all(torch.equal(a, b) for a, b in zip(trained_vae.state_dict().values(),
+                                                  used_vae.state_dict().values(), strict=True))
+
+    engine = create_nano_engine(Settings(output_dir=tmp_path, nano_dir=character, nano_steps=2))
+    instruction = make_instruction({"character": "Qiqi", "adverb": "quickly", "motion": "run",
+                                    "time": "day", "place": "town"})
+    session = engine.play(new_session("Qiqi"), instruction, seed=1)
+    assert len(session.turns) == 1
+
+
+def test_a_recipe_without_a_vae_section_refuses_the_vae_command(trained, capsys):
+    code = main(["vae", "--dataset", str(trained / "dataset"), "--out", str(trained / "other"),
+                 "--config", "recipes/tiny.yaml"])
+    assert code == 2 and "no 'vae' section" in capsys.readouterr().err
+    shutil.rmtree(trained / "other", ignore_errors=True)

@@ -1,0 +1,347 @@
+"""Phases a and c of training (animegamer.train): trainable sets, loss, latent cache, resume,
+the saved pipeline, recipe errors. Everything on a tiny dataset of 64×96 clips, on the CPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
+from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
+from safetensors.torch import load_file
+
+from animegamer.data.dataset import read_rows, write_splits
+from animegamer.data.features import tiny_feature_extractor, write_features
+from animegamer.data.flow import MotionLevels
+from animegamer.data.layout import clip_path, features_path
+from animegamer.models.decoder import AnimeGamerPipeline, scheduler_config
+from animegamer.train import decoder_phase
+from animegamer.train.__main__ import main
+from animegamer.train.loop import losses_path, read_losses
+from animegamer.train.recipe import CfgDropout, LoraSettings, RecipeError, TinyInit, load_recipe
+from animegamer.train.shots import (
+    LatentCache,
+    ShotDataset,
+    collate,
+    draw_latents,
+    levels_of,
+    vae_fingerprint,
+)
+from animegamer.video import write_mp4
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_RECIPE = REPO / "recipes" / "tiny.yaml"
+SHOTS_PER_VIDEO = 3
+
+
+def _clip(speed: int, hue: int) -> np.ndarray:
+    """17 frames 64×96 of a square moving right by `speed` px a frame."""
+    frames = np.zeros((17, 64, 96, 3), np.uint8)
+    frames[..., 2] = 40
+    for index, frame in enumerate(frames):
+        x = (8 + speed * index) % 80
+        frame[20:36, x:x + 16] = (hue, 255 - hue, 128)
+    return frames
+
+
+def build_dataset(root: Path) -> Path:
+    extractor = tiny_feature_extractor()
+    rows = []
+    for v, video in enumerate(("film-a", "film-b")):
+        for index in range(SHOTS_PER_VIDEO):
+            shot = f"{video}-{index:09d}"
+            frames = _clip(speed=1 + 2 * index + v, hue=60 * index + 40 * v)
+            write_mp4(frames, root / clip_path(video, shot))
+            motion = f"softly move {index}"
+            write_features(
+                root / features_path(video, shot),
+                extractor.image_features(frames[:1])[0],
+                extractor.text_features([motion])[0],
+                extractor.name,
+                motion,
+            )
+            rows.append({
+                "shot_id": shot, "video": video, "start": float(index * 2),
+                "episode_id": f"{video}-ep", "episode_index": index,
+                "character": "Qiqi", "adverb": "softly", "motion": f"move {index}",
+                "time": "day", "place": "sky", "instruction": f"Qiqi softly moves {index}",
+                "motion_scope": 1.0 + 2 * index + v, "motion_level": 0,
+                "sc": 0, "et": 1, "st": -1,
+                "clip_path": clip_path(video, shot), "features_path": features_path(video, shot),
+            })
+    levels = MotionLevels.fit(row["motion_scope"] for row in rows)
+    for row in rows:
+        row["motion_level"] = levels.level(row["motion_scope"])
+    (root / "levels.json").write_text(json.dumps(levels.to_dict()))
+    write_splits(root, {"train": rows})
+    return root
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch thread: these models are tiny, and the machine's 2 cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_dataset(tmp_path_factory.mktemp("dataset"))
+
+
+class EncodeCounter:
+    """Counts calls of the VAE's encoder (patched on the class)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        original = AutoencoderKLCogVideoX.encode
+
+        def counting(vae: AutoencoderKLCogVideoX, *args: object, **kwargs: object) -> object:
+            self.calls += 1
+            return original(vae, *args, **kwargs)
+
+        monkeypatch.setattr(AutoencoderKLCogVideoX, "encode", counting)
+
+
+def train(dataset: Path, out: Path, *extra: str, command: str = "decoder") -> None:
+    argv = [command, "--dataset", str(dataset), "--out", str(out), "--config", str(TINY_RECIPE)]
+    assert main([*argv, *extra]) == 0
+
+
+@pytest.fixture(scope="module")
+def trained(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted phase-a run of the tiny recipe (2 warm-up + 3 joint steps)."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    with pytest.MonkeyPatch.context() as patch:
+        counter = EncodeCounter(patch)
+        train(dataset, out)
+    assert counter.calls == 2 * SHOTS_PER_VIDEO  # every clip encoded once
+    return out
+
+
+def _tiny_model(dataset: Path) -> decoder_phase.ConditionedDecoder:
+    pipeline = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels_of(dataset))
+    return decoder_phase.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
+
+
+def test_trainable_sets_of_each_stage(dataset: Path) -> None:
+    model = _tiny_model(dataset)
+    encoder = {f"shot_encoder.{n}" for n, _ in model.shot_encoder.named_parameters()}
+    ofs = {f"transformer.ofs_embedding.linear_{i}.{w}" for i in (1, 2) for w in ("weight", "bias")}
+    decoder_phase.set_trainable(model, "warmup")
+    assert set(decoder_phase.trainable_names(model)) == encoder | ofs
+    assert len(encoder) == 12  # two Linear-GELU-Linear projections and two LayerNorms
+
+    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
+    decoder_phase.set_trainable(model, "joint")
+    blocks = range(2)
+    adaln = {
+        f"transformer.transformer_blocks.{b}.norm{n}.linear.{w}"
+        for b in blocks for n in (1, 2) for w in ("weight", "bias")
+    } | {"transformer.norm_out.linear.weight", "transformer.norm_out.linear.bias"}
+    lora = {
+        f"transformer.transformer_blocks.{b}.attn1.{p}.lora_{m}.default.weight"
+        for b in blocks for p in ("to_q", "to_k", "to_v", "to_out.0") for m in "AB"
+    }
+    assert set(decoder_phase.trainable_names(model)) == encoder | ofs | adaln | lora
+    assert model.transformer.transformer_blocks[0].attn1.to_q.lora_A["default"].weight.shape[0] == 4
+
+    adapted = decoder_phase.ConditionedDecoder(model.transformer)
+    decoder_phase.set_trainable(adapted, "adapt")
+    assert set(decoder_phase.trainable_names(adapted)) == ofs | adaln | lora
+
+
+def test_cfg_dropout_rates_and_independence() -> None:
+    text, image = torch.ones(20000, 30, 4), torch.ones(20000, 196, 4)
+    generator = torch.Generator().manual_seed(0)
+    text, image = decoder_phase.cfg_dropout(text, image, CfgDropout(), generator)
+    text_dropped = text[:, 0, 0] == 0
+    image_dropped = image[:, 0, 0] == 0
+    assert abs(text_dropped.float().mean().item() - 0.15) < 0.01
+    assert abs(image_dropped.float().mean().item() - 0.05) < 0.01
+    both = (text_dropped & image_dropped).float().mean().item()
+    assert abs(both - 0.15 * 0.05) < 0.003
+    assert torch.all((text == 0) | (text == 1))
+
+
+def test_vae_fingerprint_follows_weights_not_private_config(dataset: Path) -> None:
+    from diffusers.configuration_utils import FrozenDict
+
+    vae = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels_of(dataset)).vae
+    first = vae_fingerprint(vae)
+    private = list(reversed(vae.config["_use_default_values"]))  # set order varies by process
+    vae._internal_dict = FrozenDict({**vae.config, "_use_default_values": private})
+    assert vae_fingerprint(vae) == first
+    with torch.no_grad():
+        next(vae.parameters()).add_(1e-3)
+    assert vae_fingerprint(vae) != first
+
+
+def test_loss_decreases_on_a_fixed_batch(dataset: Path, tmp_path: Path) -> None:
+    model = _tiny_model(dataset)
+    levels = levels_of(dataset)
+    rows = read_rows(dataset)["train"]
+    vae = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels).vae
+    cache = LatentCache.for_vae(tmp_path, vae)
+    assert cache.fill(rows[:2], dataset, vae) == 2
+    assert cache.fill(rows[:2], dataset, vae) == 0  # cached
+    batch = collate([ShotDataset(rows, dataset, cache, levels)[i] for i in (0, 1)])
+    assert batch["latent_mean"].shape == (2, 5, 16, 8, 12)  # [B, T, C, H, W]
+    assert batch["motion_scope"].tolist() == pytest.approx(
+        [levels.value(rows[i]["motion_level"]) for i in (0, 1)]
+    )
+    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
+    decoder_phase.set_trainable(model, "joint")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    scheduler = CogVideoXDPMScheduler(**scheduler_config())
+    losses = []
+    for _ in range(30):
+        generator = torch.Generator().manual_seed(0)
+        latents = draw_latents(batch["latent_mean"], batch["latent_std"], 1.0, generator)
+        loss = decoder_phase.v_prediction_loss(
+            model, scheduler, latents, batch["motion_scope"], generator,
+            text_features=batch["text_features"], image_features=batch["image_features"],
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    # fixed noise and timesteps: the tiny random network's loss falls 1.40 → 1.07 and levels off
+    assert losses[-1] < 0.8 * losses[0]
+    assert losses[-1] < min(losses[:5])
+
+
+@pytest.mark.parametrize(("stop", "checkpoints"), [(2, [2]), (3, [2, 3])])
+def test_resume_reaches_the_uninterrupted_weights(
+    dataset: Path, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    stop: int, checkpoints: list[int],
+) -> None:
+    """Stopped at the end of warm-up (2) or inside the joint stage (3), then resumed."""
+    out = tmp_path / "interrupted"
+    train(dataset, out, "--max-steps", str(stop))
+    assert not (out / "decoder").exists()
+    folder = out / "checkpoints" / "decoder"
+    assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}" for s in checkpoints]
+    counter = EncodeCounter(monkeypatch)
+    losses = []
+    original = decoder_phase.v_prediction_loss
+
+    def counted(*args: object, **kwargs: torch.Tensor) -> torch.Tensor:
+        losses.append(original(*args, **kwargs))  # type: ignore[arg-type]
+        return losses[-1]
+
+    monkeypatch.setattr(decoder_phase, "v_prediction_loss", counted)
+    train(dataset, out, "--resume")
+    assert counter.calls == 0  # the latents came from the cache
+    assert len(losses) == 5 - stop  # only the steps after the checkpoint ran
+    for component in ("transformer", "shot_encoder"):
+        name = "diffusion_pytorch_model.safetensors"
+        expected = load_file(trained / "decoder" / component / name)
+        resumed = load_file(out / "decoder" / component / name)
+        assert expected.keys() == resumed.keys()
+        for key, value in expected.items():
+            torch.testing.assert_close(resumed[key], value, rtol=0, atol=1e-6, msg=key)
+    expected_losses = read_losses(losses_path(trained, "decoder"))
+    assert [r["step"] for r in expected_losses] == [1, 2, 3, 4, 5]
+    resumed_losses = read_losses(losses_path(out, "decoder"))
+    assert [r["step"] for r in resumed_losses] == [1, 2, 3, 4, 5]
+    assert [r["loss"] for r in resumed_losses] == pytest.approx(
+        [r["loss"] for r in expected_losses], abs=1e-6
+    )
+
+
+def test_saved_pipeline_loads_and_renders(dataset: Path, trained: Path) -> None:
+    pipeline = AnimeGamerPipeline.from_pretrained(trained / "decoder")
+    transformer, encoder = pipeline.transformer, pipeline.shot_encoder
+    assert not any("lora" in name for name in transformer.state_dict())
+    torch.testing.assert_close(transformer.uncond_representation, encoder.unconditional())
+    assert list(transformer.config.motion_scopes) == pytest.approx(levels_of(dataset).values)
+    features = load_file(dataset / features_path("film-a", "film-a-000000000"))
+    representation = encoder.project(
+        features["text_features"][None], features["image_features"][None]
+    )
+    frames = pipeline(
+        representation.detach(), motion_level=3, num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+    ).frames
+    assert frames.shape == (1, 17, 64, 96, 3) and frames.dtype == np.uint8
+    assert frames.std() > 0
+
+
+def test_adapt_trains_on_the_game_state_models_predictions(
+    dataset: Path, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Phase c with a stand-in game-state model: its prediction is the target's encoder
+    representation; the decoder adapts and is saved with its shot encoder."""
+    out = tmp_path / "run"
+    (out / "decoder").mkdir(parents=True)
+    for item in (trained / "decoder").iterdir():
+        (out / "decoder" / item.name).symlink_to(item, target_is_directory=item.is_dir())
+    encoder = AnimeGamerPipeline.from_pretrained(trained / "decoder").shot_encoder
+    calls: list[tuple[int, list[int]]] = []
+
+    def predict(model: object, windows: list, history: list[list[torch.Tensor]]) -> torch.Tensor:
+        assert model == "stand-in"
+        calls.append((len(windows), [len(h) for h in history]))
+        for window, shots in zip(windows, history, strict=True):
+            assert len(shots) == len(window.rows) - 1
+            assert all(s.shape == (226, 64) for s in shots)
+        with torch.no_grad():
+            targets = [load_file(dataset / w.target["features_path"]) for w in windows]
+            return encoder.project(
+                torch.stack([t["text_features"] for t in targets]),
+                torch.stack([t["image_features"] for t in targets]),
+            )
+
+    monkeypatch.setattr(decoder_phase, "load_game_state", lambda folder, accel: "stand-in")
+    monkeypatch.setattr(decoder_phase, "predicted_representations", predict)
+    train(dataset, out, command="adapt")
+    assert len(calls) == 2 and all(count == 2 for count, _ in calls)  # 2 steps, batch 2
+    adapted = AnimeGamerPipeline.from_pretrained(out / "decoder_adapted")
+    before = load_file(trained / "decoder" / "transformer" / "diffusion_pytorch_model.safetensors")
+    after = adapted.transformer.state_dict()
+    q = "transformer_blocks.0.attn1.to_q.weight"
+    assert not torch.equal(after[q], before[q])  # the merged LoRA moved it
+    torch.testing.assert_close(after["patch_embed.proj.weight"], before["patch_embed.proj.weight"])
+    assert [r["step"] for r in read_losses(losses_path(out, "adapt"))] == [1, 2]
+    torch.testing.assert_close(
+        adapted.transformer.uncond_representation, adapted.shot_encoder.unconditional()
+    )
+
+
+def test_a_fresh_run_refuses_a_folder_with_checkpoints(
+    dataset: Path, trained: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["decoder", "--dataset", str(dataset), "--out", str(trained), "--config",
+            str(TINY_RECIPE)]
+    assert main(argv) == 2
+    assert "holds checkpoints: pass --resume" in capsys.readouterr().err
+
+
+def test_bad_recipe_fields_are_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    recipe = tmp_path / "bad.yaml"
+    text = TINY_RECIPE.read_text().replace(
+        "lora_rank: 4\n  lora_alpha",
+        "lora_rank: -1\n  lora_alpha",
+    )
+    recipe.write_text(text + "learning_rate: 3\n")
+    with pytest.raises(RecipeError) as error:
+        load_recipe(recipe)
+    message = str(error.value)
+    assert str(recipe) in message
+    assert "decoder.lora_rank" in message and "learning_rate" in message
+    both = {"pipeline": str(tmp_path), "tiny": {}}
+    recipe.write_text(json.dumps({"decoder": {"init": both, "warmup_steps": 1, "joint_steps": 1}}))
+    with pytest.raises(RecipeError, match=r"decoder\.init: .*exactly one"):
+        load_recipe(recipe)
+    code = main(["decoder", "--dataset", str(tmp_path), "--out", str(tmp_path / "o"),
+                 "--config", str(recipe)])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "decoder.init" in err and "\n" not in err
