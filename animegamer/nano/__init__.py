@@ -1,0 +1,11 @@
+"""AnimeGamer-Nano: a small procedural anime world that the project renders, trains on and plays
+on a CPU (issue 14).
+
+`vocabulary` (the words the world knows: `NANO_VOCABULARY`), `sprites` (Qiqi, Sosuke and a
+friend), `scene` (places × times of day), `world` (shots, episodes, state rules, the dataset),
+and the command line `python -m animegamer.nano world --out DATASET`.
+"""
+
+from animegamer.nano.vocabulary import NANO_VOCABULARY, NanoVocabulary
+
+__all__ = ["NANO_VOCABULARY", "NanoVocabulary"]

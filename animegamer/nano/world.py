@@ -1,0 +1,478 @@
+"""The Nano world: shots rendered from instructions, episodes of consecutive shots, and the
+whole world written as a dataset in the data pipeline's format.
+
+A shot is `CLIP_FRAMES` frames (64×96, 8 fps) of one character doing one motion in one place at
+one time of day. The world's state (`WorldState`: where the character is, how high, which way
+it faces, and the background) carries from shot to shot: a shot starts exactly where the last
+one ended, and a change of altitude (taking off, landing) happens at a bounded climb rate, so
+nothing teleports. Annotations are exact: the instruction the shot was rendered from, the
+motion's state labels, and the motion scope measured on the rendered frames with the data
+pipeline's `motion_scope`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import shutil
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from animegamer.data import dataset, layout
+from animegamer.data.decode import DECODE_FPS
+from animegamer.data.episodes import TEST_FRACTION, choose_test_videos
+from animegamer.data.features import tiny_feature_extractor, write_features
+from animegamer.data.flow import MotionLevels, motion_scope
+from animegamer.data.report import make_report
+from animegamer.data.shots import CLIP_FPS, CLIP_FRAMES, CLIP_STRIDE
+from animegamer.data.store import write_atomic, write_json
+from animegamer.game import Instruction, make_instruction
+from animegamer.nano.scene import GROUND_Y, HEIGHT, WIDTH, render_background, sprite_light
+from animegamer.nano.sprites import FRIEND, Pose, draw_character, look_of, reference_image
+from animegamer.nano.vocabulary import (
+    ADVERBS,
+    MOTIONS,
+    NANO_VOCABULARY,
+    PLACES,
+    TIMES,
+    AdverbSpec,
+    MotionSpec,
+    PlaceSpec,
+    TimeSpec,
+)
+from animegamer.video import write_mp4
+
+X_MIN, X_MAX = 12.0, WIDTH - 12.0
+MAX_TRAVEL = 4.5
+"""The fastest horizontal speed, px/frame."""
+CLIMB = 6.0
+"""The fastest change of altitude, px/frame (taking off, landing, jumping)."""
+JUMP_HEIGHT = 10.0
+FLYING_ABOVE = 12.0
+"""Above this altitude a character on the ground's motion is still on the broom (landing)."""
+FRIEND_SIDE = 10.0
+"""The friend of a social motion stands this far from the frame's edge, on the far side."""
+FEATURE_BATCH = 16
+
+
+@dataclass(frozen=True)
+class WorldState:
+    """What carries from one shot to the next."""
+
+    x: float
+    altitude: float
+    facing: int
+    time: str
+    place: str
+
+
+@dataclass(frozen=True)
+class RenderedShot:
+    """A rendered shot: its instruction, frames uint8 [F, H, W, 3], the sprite's anchor (x, y)
+    in each frame [F, 2], the background it was drawn on, the states it starts and ends in and
+    its labels (social, entertainment, stamina)."""
+
+    instruction: Instruction
+    motion: MotionSpec
+    frames: np.ndarray
+    anchors: np.ndarray
+    background: np.ndarray
+    start: WorldState
+    end: WorldState
+    labels: tuple[int, int, int]
+
+
+def state_labels(motion: MotionSpec) -> tuple[int, int, int]:
+    """(sc, et, st) of a motion, as the data pipeline stores them (see `vocabulary`)."""
+    return motion.sc, motion.et, motion.st
+
+
+def _lookup(instruction: Instruction) -> tuple[MotionSpec, AdverbSpec, TimeSpec, PlaceSpec]:
+    found = (
+        NANO_VOCABULARY.motion(instruction.motion), NANO_VOCABULARY.adverb(instruction.adverb),
+        NANO_VOCABULARY.time(instruction.time), NANO_VOCABULARY.place(instruction.place),
+    )
+    for name, value in zip(("motion", "adverb", "time", "place"), found, strict=True):
+        if value is None:
+            raise ValueError(
+                f"the Nano world does not know the {name} {getattr(instruction, name)!r}; "
+                f"it knows {', '.join(getattr(NANO_VOCABULARY, name + 's'))}"
+            )
+    return found  # type: ignore[return-value]
+
+
+def _limbs(motion: MotionSpec, adverb: AdverbSpec, phase: float, airborne: bool) -> dict[str, Any]:
+    """Pose fields of one frame of an animation at `phase` (radians)."""
+    amp, wave = adverb.amplitude, math.sin(phase)
+    match motion.animation:
+        case "walk":
+            return {"legs": 0.9 * amp * wave, "arm_front": 5 + 25 * amp * wave,
+                    "arm_back": -5 - 25 * amp * wave}
+        case "run":
+            return {"legs": 1.2 * amp * wave, "arm_front": 20 + 55 * amp * wave,
+                    "arm_back": -20 - 55 * amp * wave, "lean": 1.5}
+        case "jump":
+            arms = 160.0 if airborne else 25.0
+            return {"legs": 0.4 * wave, "arm_front": arms, "arm_back": -arms}
+        case "sway":
+            return {"legs": amp * wave, "arm_front": 30.0, "arm_back": -20.0,
+                    "head_turn": 0.4 * wave}
+        case "breathe":
+            return {"legs": wave, "arm_front": 60 + 50 * amp * wave}
+        case "wave":
+            return {"arm_front": 135 + 25 * amp * wave, "arm_back": -8.0}
+        case "broom":
+            return {"holds_broom": True, "arm_front": 35.0, "broom_tilt": 15 * amp * wave,
+                    "head_lift": 0.6 * wave}
+        case "turn":
+            return {"head_turn": max(-1.0, min(1.0, 2 * amp * wave)), "arm_front": 125.0,
+                    "head_lift": 0.5 * wave}
+        case "talk":
+            return {"mouth_open": math.sin(3 * phase) > 0, "arm_front": 50 + 30 * amp * wave,
+                    "head_lift": 0.7 * math.sin(2 * phase)}
+        case "dance":
+            return {"arm_front": 120 + 50 * amp * wave, "arm_back": 120 - 50 * amp * wave,
+                    "legs": 0.8 * amp * math.sin(2 * phase)}
+        case "ride":
+            return {"wheel": 3 * phase, "head_lift": 0.5 * math.sin(2 * phase), "arm_front": 70.0}
+        case "fly":
+            return {"legs": 0.6 * wave, "wheel": phase, "lean": 0.5}
+    raise ValueError(f"no animation {motion.animation!r}")
+
+
+_BOBS = {"wave": (0.0, 2.0), "talk": (0.0, 1.5), "turn": (1.5, 0.0), "sway": (1.2, 0.0)}
+"""(sideways, upwards) sway in px of the whole body, at adverb amplitude 1, for the motions
+that stay in place: a quicker wave moves the whole body more, not only a thin arm."""
+
+
+def _bob(motion: MotionSpec, adverb: AdverbSpec, phase: float, frame: int) -> tuple[float, float]:
+    """The body's offset from where it stands; 0 at a shot's first and last frame, so shots
+    still join exactly."""
+    sideways, upwards = _BOBS.get(motion.animation, (0.0, 0.0))
+    envelope = adverb.amplitude * math.sin(math.pi * frame / (CLIP_FRAMES - 1))
+    return (sideways * envelope * math.sin(phase),
+            upwards * envelope * abs(math.sin(phase)))
+
+
+def _desired_altitude(motion: MotionSpec, adverb: AdverbSpec, phase: float) -> float:
+    if motion.animation == "fly":
+        return motion.altitude + 2 * adverb.amplitude * math.sin(phase)
+    if motion.animation == "jump":
+        return JUMP_HEIGHT * adverb.amplitude * abs(math.sin(phase))
+    return motion.altitude
+
+
+def _step_x(x: float, facing: int, dx: float) -> tuple[float, int]:
+    """Move by `dx` in the facing direction, turning round at the frame's margins."""
+    x += facing * dx
+    if x > X_MAX:
+        return 2 * X_MAX - x, -1
+    if x < X_MIN:
+        return 2 * X_MIN - x, 1
+    return x, facing
+
+
+def _friend_x(x: float) -> float:
+    return WIDTH - FRIEND_SIDE if x < WIDTH / 2 else FRIEND_SIDE
+
+
+def shot_poses(
+    motion: MotionSpec, adverb: AdverbSpec, start: WorldState, friend_x: float | None = None
+) -> tuple[list[Pose], WorldState]:
+    """The poses of a shot's frames and the state it ends in. Frame 0 is at `start`."""
+    rate = 2 * math.pi * motion.cadence * adverb.speed
+    travel = min(MAX_TRAVEL, motion.travel * adverb.speed)
+    x, altitude, facing = start.x, start.altitude, start.facing
+    if friend_x is not None:
+        facing = 1 if friend_x > x else -1
+    poses = []
+    for frame in range(CLIP_FRAMES):
+        phase = rate * frame
+        if frame:
+            if motion.animation == "dance":
+                x, facing = _step_x(x, facing, travel * math.cos(phase))
+            else:
+                x, facing = _step_x(x, facing, travel)
+            goal = _desired_altitude(motion, adverb, phase)
+            altitude += max(-CLIMB, min(CLIMB, goal - altitude))
+        posture = motion.posture
+        if posture != "fly" and altitude > FLYING_ABOVE:
+            posture = "fly"
+        limbs = _limbs(motion, adverb, phase, altitude > 2)
+        dx, dy = _bob(motion, adverb, phase, frame)
+        poses.append(Pose(x=x + facing * dx, y=GROUND_Y - altitude - dy, facing=facing,
+                          posture=posture, **limbs))
+    return poses, dataclasses.replace(start, x=x, altitude=altitude, facing=facing)
+
+
+@dataclass
+class NanoRenderer:
+    """Renders shots; keeps each background once drawn (one renderer per thread)."""
+
+    backgrounds: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    def background(self, place: PlaceSpec, time: TimeSpec) -> np.ndarray:
+        key = (place.name, time.name)
+        if key not in self.backgrounds:
+            self.backgrounds[key] = render_background(place, time)
+        return self.backgrounds[key]
+
+    def render(self, instruction: Instruction, start: WorldState) -> RenderedShot:
+        """The shot of `instruction` starting in `start` (its time and place are taken from
+        the instruction). ValueError for a word the world does not know."""
+        motion, adverb, time, place = _lookup(instruction)
+        start = dataclasses.replace(start, time=time.name, place=place.name)
+        friend_x = _friend_x(start.x) if motion.sc else None
+        poses, end = shot_poses(motion, adverb, start, friend_x)
+        scene = Image.fromarray(self.background(place, time))
+        if friend_x is not None:
+            friend = Pose(x=friend_x, y=GROUND_Y, facing=1 if friend_x < start.x else -1,
+                          arm_front=20.0)
+            draw_character(ImageDraw.Draw(scene), FRIEND.lit(sprite_light(time.light)), friend)
+        background = np.asarray(scene)
+        look = look_of(instruction.character).lit(sprite_light(time.light))
+        frames = np.empty((CLIP_FRAMES, HEIGHT, WIDTH, 3), np.uint8)
+        for index, pose in enumerate(poses):
+            image = scene.copy()
+            draw_character(ImageDraw.Draw(image), look, pose)
+            frames[index] = np.asarray(image)
+        anchors = np.array([(pose.x, pose.y) for pose in poses])
+        return RenderedShot(instruction, motion, frames, anchors, background, start, end,
+                            state_labels(motion))
+
+
+@dataclass(frozen=True)
+class EpisodeRules:
+    """How a random player changes the scene: the chance per turn of a new place and of the
+    next time of day (morning → day → … → night → morning)."""
+
+    place_change: float = 0.25
+    time_change: float = 0.2
+
+
+def _phrase(rng: np.random.Generator, words: Sequence[str]) -> str:
+    """The canonical word half the time, else one of its other phrases."""
+    if len(words) == 1 or rng.random() < 0.5:
+        return words[0]
+    return words[int(rng.integers(1, len(words)))]
+
+
+def random_instructions(
+    rng: np.random.Generator, character: str, length: int, rules: EpisodeRules = EpisodeRules()
+) -> list[Instruction]:
+    """A random player's `length` instructions for `character`: a new motion and adverb each
+    turn, the place and time kept unless the turn changes them. The sky is only for flying."""
+    motions = [m for m in MOTIONS if m.allows(character)]
+    time = TIMES[int(rng.integers(len(TIMES)))]
+    place = PLACES[int(rng.integers(len(PLACES)))]
+    place_text, instructions = None, []
+    for turn in range(length):
+        motion = motions[int(rng.integers(len(motions)))]
+        adverb = ADVERBS[int(rng.integers(len(ADVERBS)))]
+        if turn and rng.random() < rules.time_change:
+            time = TIMES[(TIMES.index(time) + 1) % len(TIMES)]
+        changed = turn and rng.random() < rules.place_change
+        if changed or (place.name == "sky" and motion.posture != "fly"):
+            choices = [p for p in PLACES if p != place and (p.name != "sky" or
+                                                            motion.posture == "fly")]
+            place, place_text = choices[int(rng.integers(len(choices)))], None
+        place_text = place_text or _phrase(rng, place.words)
+        instructions.append(make_instruction({
+            "character": character, "adverb": adverb.name, "motion": _phrase(rng, motion.words),
+            "time": time.name, "place": place_text,
+        }))
+    return instructions
+
+
+def first_state(rng: np.random.Generator, instruction: Instruction) -> WorldState:
+    """Where an episode starts: somewhere along the ground, or already in the air to fly."""
+    motion, _, time, place = _lookup(instruction)
+    return WorldState(
+        x=float(rng.uniform(X_MIN + 8, X_MAX - 8)), altitude=motion.altitude,
+        facing=1 if rng.random() < 0.5 else -1, time=time.name, place=place.name,
+    )
+
+
+def render_episode(
+    renderer: NanoRenderer, instructions: Sequence[Instruction], start: WorldState
+) -> Iterator[RenderedShot]:
+    """The shots of an episode, each starting where the previous one ended."""
+    state = start
+    for instruction in instructions:
+        shot = renderer.render(instruction, state)
+        state = shot.end
+        yield shot
+
+
+@dataclass(frozen=True)
+class WorldOptions:
+    """`shots` in episodes of `episode_length` (the last may be shorter), alternating the
+    `characters`; the split keeps whole episodes together."""
+
+    out: Path
+    shots: int = 240
+    seed: int = 0
+    episode_length: int = 8
+    characters: tuple[str, ...] = ("Qiqi", "Sosuke")
+    test_fraction: float = TEST_FRACTION
+    workers: int = 2
+    rules: EpisodeRules = EpisodeRules()
+
+
+@dataclass(frozen=True)
+class _Row:
+    video: str
+    video_id: str
+    episode_index: int
+    shot: RenderedShot
+
+    @property
+    def start_frame(self) -> int:
+        return self.episode_index * CLIP_FRAMES * CLIP_STRIDE
+
+    @property
+    def shot_id(self) -> str:
+        return layout.shot_id(self.video_id, self.start_frame)
+
+    @property
+    def motion_text(self) -> str:
+        return f"{self.shot.instruction.adverb} {self.shot.instruction.motion}"
+
+
+def world_shots(options: WorldOptions) -> Iterator[_Row]:
+    """Every shot of the world, episode by episode (deterministic for `options.seed`)."""
+    rng = np.random.default_rng(options.seed)
+    renderer = NanoRenderer()
+    episodes = math.ceil(options.shots / options.episode_length)
+    for episode in range(episodes):
+        character = options.characters[episode % len(options.characters)]
+        length = min(options.episode_length, options.shots - episode * options.episode_length)
+        instructions = random_instructions(rng, character, length, options.rules)
+        video = f"nano/{character.lower()}-{episode:05d}"
+        shots = render_episode(renderer, instructions, first_state(rng, instructions[0]))
+        for index, shot in enumerate(shots):
+            yield _Row(video, layout.video_id(video), index, shot)
+
+
+def _prepare(out: Path) -> None:
+    """An empty folder or an earlier world (whose clips and features are removed)."""
+    if out.is_dir() and any(out.iterdir()):
+        report = out / layout.REPORT
+        earlier = report.is_file() and "world" in json.loads(report.read_text(encoding="utf-8"))
+        if not earlier:
+            raise FileExistsError(
+                f"{out} is not empty and holds no Nano world; choose a new folder"
+            )
+        for name in (layout.CLIPS, layout.FEATURES):
+            shutil.rmtree(out / name, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _measure_and_write(out: Path, row: _Row) -> float:
+    """The shot's motion scope (on the rendered frames); writes its clip."""
+    frames = row.shot.frames
+    path = out / layout.clip_path(row.video_id, row.shot_id)
+    write_atomic(path, lambda partial: write_mp4(frames, partial, fps=CLIP_FPS))
+    return motion_scope(frames)
+
+
+def _write_features(out: Path, rows: Sequence[_Row]) -> None:
+    extractor = tiny_feature_extractor()
+    for begin in range(0, len(rows), FEATURE_BATCH):
+        batch = rows[begin : begin + FEATURE_BATCH]
+        texts = [row.motion_text for row in batch]
+        images = extractor.image_features(np.stack([row.shot.frames[0] for row in batch]))
+        words = extractor.text_features(texts)
+        for index, row in enumerate(batch):
+            path = out / layout.features_path(row.video_id, row.shot_id)
+            write_features(path, images[index], words[index], extractor.name, texts[index])
+
+
+def _card(characters: str, splits: Sequence[str], counts: dict[str, int], seed: int) -> str:
+    """The pipeline's card front matter (where the splits are) with the world's own text."""
+    front = dataset.card(characters, splits, counts).split("\n# ", 1)[0]
+    sizes = ", ".join(f"{counts[s]} {s}" for s in splits)
+    return (
+        f"{front}\n# AnimeGamer-Nano world: {characters}\n\n"
+        f"Rendered by `python -m animegamer.nano world --seed {seed}`: {sizes} shots. Each row is "
+        "a 17-frame 64×96 clip (`clip_path`, 8 fps) of a procedural anime world, with the exact "
+        "instruction it was rendered from, the motion scope measured on its frames and its level "
+        "(`levels.json`), and the state labels (social, entertainment, stamina). An episode is "
+        "one continuous playthrough: the character never teleports between its shots. "
+        "`reference-<name>.png` shows each character.\n"
+    )
+
+
+def _save_png(image: Image.Image, path: Path) -> None:
+    image.save(path, format="PNG")
+
+
+def _write_references(out: Path, characters: Sequence[str]) -> None:
+    images = [reference_image(name) for name in characters]
+    for name, image in zip(characters, images, strict=True):
+        write_atomic(out / f"{layout.REFERENCE}-{name.lower()}.png", functools.partial(
+            _save_png, image))
+    sheet = Image.new("RGB", (sum(i.width for i in images), images[0].height))
+    for index, image in enumerate(images):
+        sheet.paste(image, (index * image.width, 0))
+    write_atomic(out / f"{layout.REFERENCE}.png", lambda p: sheet.save(p, format="PNG"))
+
+
+def build_world(options: WorldOptions) -> dict[str, Any]:
+    """Render the world into `options.out` as a dataset; returns the report."""
+    if options.shots < 1 or options.episode_length < 1:
+        raise ValueError("--shots and --episode-length must be at least 1")
+    for character in options.characters:
+        look_of(character)
+    out = options.out
+    _prepare(out)
+    rows = list(world_shots(options))
+    with ThreadPoolExecutor(max(1, options.workers)) as pool:
+        scopes = list(pool.map(lambda row: _measure_and_write(out, row), rows))
+    _write_features(out, rows)
+    levels = MotionLevels.fit(s for s in scopes if s > 0)
+    test = choose_test_videos({row.video for row in rows}, options.test_fraction)
+    table: dict[str, list[dict[str, Any]]] = {split: [] for split in dataset.SPLITS}
+    for row, scope in zip(rows, scopes, strict=True):
+        instruction, (sc, et, st) = row.shot.instruction, row.shot.labels
+        table["test" if row.video in test else "train"].append({
+            "shot_id": row.shot_id, "video": row.video,
+            "start": row.start_frame / DECODE_FPS,
+            "episode_id": f"{row.video_id}-e0001", "episode_index": row.episode_index,
+            **instruction.fields(), "instruction": instruction.text,
+            "motion_scope": scope, "motion_level": levels.level(scope),
+            "sc": sc, "et": et, "st": st,
+            "clip_path": layout.clip_path(row.video_id, row.shot_id),
+            "features_path": layout.features_path(row.video_id, row.shot_id),
+        })
+    splits = dataset.write_splits(out, table)
+    counts = {split: len(table[split]) for split in splits}
+    names = " and ".join(options.characters)
+    dataset.write_card(out, _card(names, splits, counts, options.seed))
+    write_json(out / layout.LEVELS, levels.to_dict())
+    _write_references(out, options.characters)
+    videos = sorted({row.video for row in rows})
+    report = make_report(
+        character=names,
+        videos=[{"video": v, "status": "done", "segments": 1, "too_short": 0,
+                 "variable_frame_rate": False} for v in videos],
+        videos_found=len(videos),
+        stages={"clips": len(rows), "static": 0, "shots": len(rows), "answered": len(rows),
+                "annotated": len(rows), "features": len(rows)},
+        skips=[], rows={split: table[split] for split in splits}, levels=levels,
+    )
+    report["world"] = {
+        "seed": options.seed, "shots": options.shots, "episode_length": options.episode_length,
+        "characters": list(options.characters), "size": [HEIGHT, WIDTH], "fps": CLIP_FPS,
+        "rules": dataclasses.asdict(options.rules),
+    }
+    write_json(out / layout.REPORT, report)
+    return report
