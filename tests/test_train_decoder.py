@@ -157,6 +157,21 @@ def test_trainable_sets_of_each_stage(dataset: Path) -> None:
     assert set(decoder_phase.trainable_names(adapted)) == ofs | adaln | lora
 
 
+def test_full_mode_trains_every_transformer_weight(dataset: Path) -> None:
+    """For fresh random models: nothing of the transformer stays frozen, and no LoRA."""
+    model = _tiny_model(dataset)
+    encoder = {f"shot_encoder.{n}" for n, _ in model.shot_encoder.named_parameters()}
+    transformer = {f"transformer.{n}" for n, _ in model.transformer.named_parameters()}
+    decoder_phase.set_trainable(model, "joint", full=True)
+    assert set(decoder_phase.trainable_names(model)) == encoder | transformer
+    assert "transformer.transformer_blocks.0.ff.net.0.proj.weight" in transformer
+    decoder_phase.set_trainable(model, "adapt", full=True)
+    assert set(decoder_phase.trainable_names(model)) == transformer
+    assert LoraSettings(transformer="full").transformer == "full"
+    with pytest.raises(ValueError):
+        LoraSettings(transformer="some")
+
+
 def test_cfg_dropout_rates_and_independence() -> None:
     text, image = torch.ones(20000, 30, 4), torch.ones(20000, 196, 4)
     generator = torch.Generator().manual_seed(0)

@@ -1,5 +1,13 @@
-"""`python -m animegamer.nano world --out DATASET [--shots N] [--seed S] [--episode-length L]`:
-render the Nano world as a dataset in the data pipeline's format."""
+"""AnimeGamer-Nano from one command each:
+
+    python -m animegamer.nano world --out DATASET [--shots N] [--seed S] [--episode-length L]
+    python -m animegamer.nano train --dataset DATASET --out RUN [--recipe R] [--resume] [--install]
+
+`world` renders the Nano world as a dataset in the data pipeline's format; `train` runs every
+training phase on it (`python -m animegamer.train all` with `recipes/nano.yaml`: the VAE, then
+phases a, b, c) and, with `--install`, puts the trained character folder where the app plays it
+without a GPU (`assets/nano/`).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +19,13 @@ from pathlib import Path
 
 from animegamer.data.episodes import TEST_FRACTION
 from animegamer.data.errors import DataError
+from animegamer.settings import DEFAULT_NANO_DIR, PACKAGE_ROOT
 
 EXIT_ERROR = 2
+NANO_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano.yaml"
+NANO_NAME = "Nano"
+NANO_MAX_BYTES = 40 * 1024**2
+"""What the repository ships of Nano's weights, at most."""
 
 
 def _add_world(commands: argparse._SubParsersAction) -> None:
@@ -31,10 +44,23 @@ def _add_world(commands: argparse._SubParsersAction) -> None:
     world.set_defaults(run=run_world)
 
 
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train", help="train every model on a Nano dataset")
+    train.add_argument("--dataset", type=Path, required=True, help="a `world` dataset folder")
+    train.add_argument("--out", type=Path, required=True, help="the training folder")
+    train.add_argument("--recipe", type=Path, default=NANO_RECIPE,
+                       help="the training recipe (default recipes/nano.yaml)")
+    train.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    train.add_argument("--install", action="store_true",
+                       help=f"copy the trained character to {DEFAULT_NANO_DIR} for the app")
+    train.set_defaults(run=run_train)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m animegamer.nano", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_world(commands)
+    _add_train(commands)
     return parser
 
 
@@ -63,6 +89,39 @@ def run_world(args: argparse.Namespace) -> int:
         f"({args.shots / seconds:.1f} shots/s) → {args.out}"
     )
     return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from animegamer.train.__main__ import CHARACTER
+    from animegamer.train.__main__ import main as train
+
+    command = ["all", "--dataset", str(args.dataset), "--out", str(args.out),
+               "--config", str(args.recipe), "--name", NANO_NAME]
+    code = train([*command, "--resume"] if args.resume else command)
+    if code or not args.install:
+        return code
+    install(args.out / CHARACTER, DEFAULT_NANO_DIR)
+    print(f"installed: {DEFAULT_NANO_DIR} (the app plays it without a GPU)")
+    return 0
+
+
+def install(character: Path, target: Path) -> Path:
+    """Copy a trained character folder to `target`, within the repository's size budget."""
+    import shutil
+
+    from animegamer.convert.character import check_layout
+
+    check_layout(character)
+    size = sum(p.stat().st_size for p in character.rglob("*") if p.is_file())
+    if size > NANO_MAX_BYTES:
+        raise DataError(f"{character} holds {size / 1024**2:.1f} MiB; the repository ships at "
+                        f"most {NANO_MAX_BYTES / 1024**2:.0f} MiB of Nano weights")
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(character, staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -130,15 +130,18 @@ def is_adaln(name: str) -> bool:
     )
 
 
-def set_trainable(model: ConditionedDecoder, stage: Stage) -> None:
-    """Freeze everything, then unfreeze what `stage` trains (see the module doc)."""
+def set_trainable(model: ConditionedDecoder, stage: Stage, full: bool = False) -> None:
+    """Freeze everything, then unfreeze what `stage` trains (see the module doc); `full`: the
+    joint and adapt stages train the whole transformer (no LoRA)."""
     model.requires_grad_(False)
     ofs_embedding = model.transformer.ofs_embedding
     assert ofs_embedding is not None  # always built by AnimeGamerTransformer3DModel
     ofs_embedding.requires_grad_(True)
     if stage in ("warmup", "joint") and model.shot_encoder is not None:
         model.shot_encoder.requires_grad_(True)
-    if stage in ("joint", "adapt"):
+    if stage in ("joint", "adapt") and full:
+        model.transformer.requires_grad_(True)
+    elif stage in ("joint", "adapt"):
         for name, module in model.transformer.named_modules():
             if is_adaln(name):
                 module.requires_grad_(True)
@@ -401,8 +404,9 @@ def train_decoder(
         checkpoint = None
     if step >= stop and stop < total:
         return None
-    lora = add_lora(transformer, settings, recipe.seed)
-    set_trainable(model, "joint")
+    full = settings.transformer == "full"
+    lora = None if full else add_lora(transformer, settings, recipe.seed)
+    set_trainable(model, "joint", full)
     run_stage(
         accelerator, model, settings.lr, make_loss, loop, out, (step, stop, total), checkpoint
     )
@@ -509,8 +513,9 @@ def adapt(
 
         return micro_loss
 
-    lora = add_lora(transformer, settings, recipe.seed)
-    set_trainable(model, "adapt")
+    full = settings.transformer == "full"
+    lora = None if full else add_lora(transformer, settings, recipe.seed)
+    set_trainable(model, "adapt", full)
     run_stage(
         accelerator, model, settings.lr, make_loss, loop, out, (step, stop, total), checkpoint
     )

@@ -109,8 +109,13 @@ class CfgDropout(_Section):
 
 class LoraSettings(_Section):
     """The LoRA on the transformer blocks' attention projections (to_q, to_k, to_v, to_out.0);
-    `lora_alpha` defaults to the rank (scale 1)."""
+    `lora_alpha` defaults to the rank (scale 1).
 
+    `transformer: full` trains every transformer weight instead (no LoRA): for fresh random
+    models (a tiny world's), whose frozen weights would otherwise stay random. `lora` is the
+    paper's recipe for a pretrained decoder."""
+
+    transformer: Literal["lora", "full"] = "lora"
     lora_rank: int = Field(default=64, gt=0)
     lora_alpha: int | None = Field(default=None, gt=0)
 
