@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKL
 from animegamer.data.dataset import read_rows
 from animegamer.data.decode import read_clip
 from animegamer.train.recipe import VaeRecipe
+
+PRELOAD_BYTES = 2 * 1024**3
 
 
 def build_vae(recipe: VaeRecipe, height: int, width: int) -> AutoencoderKLCogVideoX:
@@ -64,6 +67,7 @@ def train_vae(
 
     paths = _clip_paths(Path(dataset))
     first = read_clip(paths[0])
+    clips = _clip_reader(paths, first.nbytes)
     rng = random.Random(recipe.seed)
     torch.manual_seed(recipe.seed)
     vae = build_vae(recipe, first.shape[1], first.shape[2]).train()
@@ -80,9 +84,9 @@ def train_vae(
         range(steps), desc="vae"
     ) as progress:
         for step in progress:
-            picked = rng.sample(paths, min(recipe.batch_size, len(paths)))
-            batch = torch.stack([_window(clip_tensor(read_clip(p)), recipe.train_frames, rng)
-                                 for p in picked])
+            picked = rng.sample(range(len(paths)), min(recipe.batch_size, len(paths)))
+            batch = torch.stack([_window(clip_tensor(clips(i)), recipe.train_frames, rng)
+                                 for i in picked])
             posterior = vae.encode(batch).latent_dist
             reconstruction = vae.decode(posterior.sample()).sample
             l1 = (reconstruction - batch).abs().mean()
@@ -99,6 +103,15 @@ def train_vae(
     vae.register_to_config(scaling_factor=latent_scaling_factor(vae, paths[: recipe.scale_samples]))
     vae.save_pretrained(out, safe_serialization=True)
     return vae
+
+
+def _clip_reader(paths: list[Path], clip_bytes: int) -> Callable[[int], np.ndarray]:
+    """Clip i's frames: all decoded once up front when they fit in `PRELOAD_BYTES` (a tiny
+    world's do; decoding costs as much as a training step), else decoded on each use."""
+    if len(paths) * clip_bytes > PRELOAD_BYTES:
+        return lambda index: read_clip(paths[index])
+    decoded = [read_clip(path) for path in paths]
+    return decoded.__getitem__
 
 
 def _window(clip: torch.Tensor, frames: int, rng: random.Random) -> torch.Tensor:
