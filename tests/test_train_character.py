@@ -66,3 +66,20 @@ def test_an_incomplete_phase_output_leaves_the_previous_folder(phase_outputs, tm
     with pytest.raises(ConversionError, match="missing"):
         assemble_character(out, "C", phase_outputs / "game_state", tmp_path / "nowhere", summary)
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_publishing_keeps_the_training_card(phase_outputs, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from animegamer.convert.character import publish
+
+    uploads = []
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo_id, **kw: None)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
+                        lambda self, **kw: uploads.append(kw) or "commit")
+    out = assemble_character(tmp_path / "c", "C", phase_outputs / "game_state",
+                             phase_outputs / "decoder", TrainingSummary(dataset="d", recipe={}))
+    card = (out / "README.md").read_text()
+    assert publish(out, "me/c", keep_card=True) == "commit"
+    assert (out / "README.md").read_text() == card and "trained with this project" in card
+    assert "shot_encoder/*" in uploads[0]["allow_patterns"]

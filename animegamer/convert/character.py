@@ -288,9 +288,15 @@ In the Space's `assets/characters.yaml`, give the character a converted source:
 
 
 def publish(
-    character_dir: Path, repo_id: str, *, private: bool = False, token: str | None = None
+    character_dir: Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    keep_card: bool = False,
 ) -> CommitInfo:
-    """Upload a converted character folder to `repo_id` with a generated model card.
+    """Upload a character folder to `repo_id` with a generated model card (`keep_card`: with
+    the folder's own, e.g. a trained character's).
 
     Returns the CommitInfo of the upload (its `oid` is the revision to pin in the registry).
     """
@@ -299,7 +305,8 @@ def publish(
     character_dir = Path(character_dir)
     check_layout(character_dir)
     manifest = read_manifest(character_dir)
-    (character_dir / CARD_NAME).write_text(model_card(manifest, repo_id), encoding="utf-8")
+    if not keep_card:
+        (character_dir / CARD_NAME).write_text(model_card(manifest, repo_id), encoding="utf-8")
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     return api.upload_folder(
@@ -307,7 +314,7 @@ def publish(
         repo_type="model",
         folder_path=str(character_dir),
         allow_patterns=[*LAYOUT_PATTERNS, CARD_NAME],
-        commit_message=f"AnimeGamer {manifest['character']}: converted checkpoints",
+        commit_message=f"AnimeGamer {manifest['character']}: character checkpoints",
     )
 
 

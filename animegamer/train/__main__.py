@@ -48,6 +48,11 @@ def parser() -> argparse.ArgumentParser:
         help="all: the character's name in its folder's manifest (default: the dataset's)",
     )
     parser.add_argument(
+        "--push-to-hub", metavar="REPO", default=None,
+        help="all: publish the character folder to this Hub model repo (HF_TOKEN)",
+    )
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub")
+    parser.add_argument(
         "--report-to", default=None,
         help="accelerate trackers for the losses (tensorboard, wandb, all); default none",
     )
@@ -171,7 +176,14 @@ def run(args: argparse.Namespace) -> None:
         )
         _report(accelerator, "adapt", result)
         if args.command == "all" and result is not None and accelerator.is_main_process:
-            _report(accelerator, "character", assemble(args, recipe, game_state))
+            character = assemble(args, recipe, game_state)
+            _report(accelerator, "character", character)
+            if args.push_to_hub:
+                from animegamer.convert.character import publish
+
+                commit = publish(character, args.push_to_hub, private=args.private,
+                                 keep_card=True)
+                accelerator.print(f"published {commit.commit_url}; pin revision {commit.oid}")
     accelerator.end_training()
 
 
