@@ -1,14 +1,15 @@
-"""Turn time and memory over a long game on the preview engine.
+"""Turn time and memory over a long game on a CPU engine (the Nano world, or the preview engine).
 
 Prints the median turn time of the first and the last 10 turns, their ratio, and the process's
 resident memory at turn 10 and at the last turn: a game must not slow down or grow with its length.
 
-    .venv/bin/python benchmarks/turns.py --turns 200
+    .venv/bin/python benchmarks/turns.py --turns 200 [--engine nano|preview] [--steps N]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import statistics
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from animegamer.engine import create_preview_engine
+from animegamer.engine import create_nano_engine, create_preview_engine
 from animegamer.game import make_instruction, new_session
 from animegamer.settings import Settings
 
@@ -39,14 +40,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--window", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--engine", choices=("nano", "preview"), default="preview")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="diffusion steps (default: the engine's, 20 for Nano, 8 preview)")
     args = parser.parse_args()
     if args.turns < 20:
         parser.error("--turns must be at least 20 (two sets of 10 are compared)")
 
     with tempfile.TemporaryDirectory() as output:
-        settings = Settings(engine="preview", preview_steps=args.steps, output_dir=Path(output))
-        engine = create_preview_engine(settings)
+        settings = Settings(engine=args.engine, output_dir=Path(output))
+        if args.steps:
+            settings = dataclasses.replace(settings, nano_steps=args.steps,
+                                           preview_steps=args.steps)
+        create = create_nano_engine if args.engine == "nano" else create_preview_engine
+        engine = create(settings)
         session = new_session("Qiqi", window=args.window)
         times: list[float] = []
         rss_at_10 = 0.0
@@ -64,7 +71,8 @@ def main() -> None:
 
     first = statistics.median(times[:10])
     last = statistics.median(times[-10:])
-    print(f"turns: {args.turns} (window {args.window}, {args.steps} steps, preview engine)")
+    print(f"turns: {args.turns} (window {args.window}, {engine.num_inference_steps} steps, "
+          f"{engine.kind} engine)")
     print(f"median turn time, first 10: {first:.3f} s")
     print(f"median turn time, last 10:  {last:.3f} s")
     print(f"last/first ratio: {last / first:.3f}")
