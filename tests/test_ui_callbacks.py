@@ -116,7 +116,8 @@ def test_play_returns_a_new_player_and_leaves_the_old_one(two_turns):
     assert all(Path(path).is_file() for path, _ in screen.gallery)
     assert screen.clip == second.player.session.turns[-1].clip_path
     assert [m["role"] for m in screen.chat] == ["user", "assistant"] * 2
-    assert screen.chat[2]["content"].startswith("Character: Qiqi; Motion: slowly walk")
+    assert screen.chat[2]["content"] == "slowly walk along the street, evening town"
+    assert "Qiqi slowly walks along the street (evening, town)" in screen.chat[3]["content"][0]
     assert screen.chat[3]["content"][1] == {"path": screen.clip}
     assert list(screen.history["Turn"]) == [1, 2]
     assert "Turn 2 played (seed 12)." in screen.status
@@ -128,13 +129,17 @@ def test_play_from_text_fills_the_fields(two_turns):
     assert second.fields == ("Qiqi", "slowly", "walk along the street", "evening", "town")
 
 
-def test_play_reports_progress_through_the_turn(ui):
+def test_play_reports_progress_through_the_turn(ui, two_turns):
+    """In the game's words, with the time left from the median of the recent turns."""
+    _, second = two_turns
     recorder = Recorder()
-    update = ui.play(None, QIQI, "", "5", progress=recorder)
+    update = ui.play(second.player, QIQI, "", "5", progress=recorder)
     descriptions = [desc or "" for _, desc in recorder.calls]
-    assert descriptions[0].startswith("Predicting")
-    assert any(d.startswith("Denoising step") for d in descriptions)
-    assert descriptions[-1] == "Writing the clip"
+    took = [turn.timings.total_s for turn in second.player.session.turns]
+    eta = (took[0] + took[1]) / 2
+    assert descriptions[0] == f"Imagining the next moment… · about {eta:.0f} s left"
+    assert any(d.startswith("Drawing the clip, step 1/2 · about") for d in descriptions)
+    assert descriptions[-1].startswith("Saving the clip… · about")
     fractions = [fraction for fraction, _ in recorder.calls]
     assert fractions == sorted(fractions)
     assert update.player.session.turns[-1].seed == 5
@@ -172,7 +177,7 @@ def test_undo_removes_the_last_turn_and_its_clip(ui):
         ui.undo(update.player)
 
 
-def test_restart_gives_fresh_gauges_and_deletes_the_old_clips(ui):
+def test_restart_gives_fresh_gauges_and_can_be_undone_once(ui):
     played = ui.play(None, QIQI, "", "4").player
     folder = Path(played.session.turns[-1].clip_path).parent
     update = ui.restart(played)
@@ -181,6 +186,21 @@ def test_restart_gives_fresh_gauges_and_deletes_the_old_clips(ui):
     assert session.session_id != played.session.session_id
     assert update.screen.summary["gauges"] == {"stamina": 50, "social": 50, "entertainment": 50}
     assert update.fields == ("Qiqi", "quickly", "fly on broomstick", "day/night", "sky")
+    assert update.player.previous_game is played.session and folder.is_dir()
+    assert "previous game (1 turns) is kept" in update.toast
+
+    again = ui.restart(update.player)  # an empty game never replaces the one to go back to
+    assert again.player.previous_game is played.session and folder.is_dir()
+    back = ui.previous_game(again.player)
+    assert back.player.session is played.session and back.player.previous_game is None
+    assert back.fields == tuple(QIQI.values())
+    assert back.screen.summary["turns"] == 1 and back.toast.startswith("Back to your game")
+    with pytest.raises(gr.Error, match="no earlier game"):
+        ui.previous_game(back.player)
+
+    newer = ui.play(ui.restart(back.player).player, QIQI, "", "5").player
+    dropped = ui.restart(newer)  # a third game: the first one's clips go
+    assert dropped.player.previous_game is newer.session
     assert not folder.exists()
 
 
@@ -191,8 +211,47 @@ def test_choose_character_starts_a_game_with_them(ui):
     assert "New game with Sosuke" in update.screen.status
     again = ui.choose_character(update.player, "sosuke")
     assert again.player.session.session_id == update.player.session.session_id
+    played = ui.play(again.player, {**QIQI, "character": "Sosuke"}, "", "1").player
+    switched = ui.choose_character(played, "Qiqi")
+    assert switched.player.previous_game is played.session
+    back = ui.previous_game(switched.player)
+    assert back.player.session.character == "Sosuke" and len(back.player.session.turns) == 1
     with pytest.raises(gr.Error, match="unknown character"):
         ui.choose_character(update.player, "Totoro")
+
+
+def test_send_reads_the_command_and_shows_a_pending_bubble(ui, two_turns):
+    player = ui.new_player()
+    sent = ui.send(player, "run, night town")
+    assert sent.fields == ("Qiqi", "quickly", "run", "night", "town")
+    assert sent.command == "quickly run, night town"
+    assert [m["role"] for m in sent.chat] == ["user", "assistant"]
+    assert sent.chat[0]["content"] == "quickly run, night town"
+    assert '<div class="ag-pending">' in sent.chat[1]["content"]
+    assert player.session.turns == ()
+    played = two_turns[1].player  # its last turn: slowly walk along the street, evening town
+    took = sorted(turn.timings.total_s for turn in played.session.turns)
+    again = ui.send(played, "sit on railing")
+    assert again.fields == ("Qiqi", "quickly", "sit on railing", "evening", "town")
+    assert len(again.chat) == 6
+    assert f"(about {(took[0] + took[1]) / 2:.0f} s)" in again.chat[-1]["content"]
+    with pytest.raises(gr.Error, match="Type what your character should do") as error:
+        ui.send(played, "  ")
+    assert error.value.title == "Invalid instruction"
+    with pytest.raises(gr.Error, match="This game plays Qiqi"):
+        ui.send(played, "Character: Sosuke; Motion: run; Background: day town.")
+    with pytest.raises(gr.Error, match="Motion is too long"):
+        ui.send(played, "x" * 200)
+    assert len(played.session.turns) == 2
+
+
+def test_chips_change_one_part_of_the_command(ui):
+    session = ui.new_player().session
+    assert ui.with_word(session, "run, night town", "adverb", "gently") == "gently run, night town"
+    assert ui.with_word(session, "", "place", "town") == "quickly fly on broomstick, day/night town"
+    assert ui.with_word(session, "??", "motion", "lie down") == "quickly lie down, day/night sky"
+    with pytest.raises(gr.Error, match="control or unassigned"):
+        ui.with_word(session, "", "place", "\x07")
 
 
 def test_fill_from_text(ui):
@@ -303,11 +362,14 @@ def test_concat_mp4_scales_other_sizes_and_reports_bad_clips(tmp_path):
 
 
 def test_ended_browser_session_deletes_the_players_files(ui):
-    played = ui.play(None, QIQI, "", "6").player
+    earlier = ui.play(None, QIQI, "", "7").player
+    kept = Path(earlier.session.turns[-1].clip_path).parent
+    played = ui.play(ui.restart(earlier).player, QIQI, "", "6").player
     saved = Path(ui.save(played))
     folder = Path(played.session.turns[-1].clip_path).parent
+    assert kept.is_dir()
     discard_game_files(GameSlot(ui.root, played))
-    assert not folder.exists() and not saved.exists()
+    assert not folder.exists() and not saved.exists() and not kept.exists()
     assert not (ui.root / PLAYERS_FOLDER / played.player_id).exists()
     discard_game_files(None)
     discard_game_files(GameSlot(ui.root))
@@ -450,7 +512,7 @@ def test_views_skip_clips_that_are_gone(registry, tmp_path):
     screen = ui.screen(Player(session=session), "x")
     assert screen.gallery == [] and screen.clip is None
     assert screen.chat[1]["content"] == [screen.chat[1]["content"][0]]
-    assert list(history_frame(session).iloc[0])[2:6] == [2, -1, 1, 0]
+    assert list(history_frame(session).iloc[0])[2:6] == [2, -5, 5, -5]  # applied, not raw
 
 
 # Examples ---------------------------------------------------------------------------------------

@@ -50,6 +50,9 @@ from animegamer.memory import release_free_memory
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import SaveFileError, load_game, save_game
 from animegamer.ui import views
+from animegamer.ui.command import CommandContext, format_command, read_command, with_word
+from animegamer.ui.story import eta_seconds, progress_text
+from animegamer.ui.vocabulary import PART_FIELDS, vocabulary_for
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,8 @@ SESSION_TTL_S = 3 * 3600
 SESSION_FILES_MAX_AGE_S = SESSION_TTL_S + 3600
 """Files untouched this long belong to no live game (Gradio keeps a closed tab's state 1 h)."""
 SWEEP_INTERVAL_S = 3600
+CPU_KINDS = frozenset({"preview", "nano"})
+"""Engines that play on the CPU: a ZeroGPU reservation would only spend the visitor's quota."""
 ACTION_WAIT_S = GPU_MAX_SECONDS + 60
 """How long an action waits for the same game's running action (at most a whole turn)."""
 
@@ -105,11 +110,16 @@ class Engine(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class Player:
-    """One browser session: its game, and the folder holding its saves and exports."""
+    """One browser session: its game, and the folder holding its saves and exports.
+
+    `previous_game` is the game a restart, a character switch or a load replaced, kept (with its
+    clips) so that one step back is possible; the next replacement discards it.
+    """
 
     session: Session
     player_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     last_elapsed_s: float | None = None
+    previous_game: Session | None = None
 
 
 class Screen(NamedTuple):
@@ -132,11 +142,24 @@ class Update:
     player: Player
     screen: Screen
     fields: tuple[str, ...] | None = None
+    toast: str | None = None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A command read and about to be played: the five fields for the turn, the command as it
+    will be played, and the story with the pending bubble."""
+
+    fields: tuple[str, ...]
+    command: str
+    chat: list[dict[str, Any]]
 
 
 def user_error(message: str, title: str) -> gr.Error:
-    """A message for the player; escaped because Gradio renders error toasts as HTML."""
-    return gr.Error(html.escape(message), title=title, print_exception=False)
+    """A message for the player, led by its title; escaped because Gradio renders error toasts
+    as HTML. Gradio's toast header shows the kind ("Error") whatever the title, so the title
+    also opens the message, where the player and API clients both read it."""
+    return gr.Error(html.escape(f"{title}: {message}"), title=title, print_exception=False)
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -223,9 +246,38 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         with turn_errors():
             return engine.play(session, instruction, seed=seed, progress=report)
 
-    if engine.kind == "preview":
-        return run_turn  # CPU only: a ZeroGPU reservation would only spend the visitor's quota
+    if engine.kind in CPU_KINDS:
+        return run_turn
     return spaces.GPU(duration=duration)(run_turn)
+
+
+@dataclass(frozen=True)
+class StoryProgress:
+    """A `Progress` reporting the turn's stage in the game's words, with the time left."""
+
+    report: Progress
+    eta_s: float | None
+
+    def __call__(self, progress: float, desc: str | None = None) -> Any:
+        return self.report(progress, desc=progress_text(desc, progress, self.eta_s))
+
+
+def story_progress(progress: Progress | None, eta_s: float | None) -> Progress | None:
+    return None if progress is None else StoryProgress(progress, eta_s)
+
+
+def in_vocabulary(instruction: Instruction, words: Mapping[str, list[str]]) -> Instruction:
+    """`instruction` with each part the chips do not offer replaced by the first chip word it
+    contains (the Nano world knows `day`, not the registry's `day/night`); parts without such a
+    word stay as they are."""
+    values = instruction.fields()
+    for part, field_name in PART_FIELDS.items():
+        known = words.get(part, [])
+        value = values[field_name]
+        if known and value.lower() not in {word.lower() for word in known}:
+            inside = [word for word in known if word.lower() in value.lower()]
+            values[field_name] = inside[0] if inside else value
+    return make_instruction(values)
 
 
 class GameSlot:
@@ -285,9 +337,11 @@ def discard_game_files(slot: GameSlot | None) -> None:
     if slot is None or slot.player is None:
         return
     player = slot.player
-    session = player.session
-    folders = {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
-    folders |= {slot.root / session.session_id, player_folder(slot.root, player.player_id)}
+    folders = {player_folder(slot.root, player.player_id)}
+    for session in (player.session, player.previous_game):
+        if session is not None:
+            folders |= {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
+            folders.add(slot.root / session.session_id)
     remove_inside(slot.root, folders)
 
 
@@ -337,8 +391,38 @@ class GameUI:
         return self.files.workdir(player.player_id, player.session.session_id, kind)
 
     def default_fields(self, name: str) -> tuple[str, ...]:
-        defaults = self.character(name).defaults
+        """The character's default instruction, in words the chips offer."""
+        defaults = in_vocabulary(self.character(name).defaults, self.vocabulary(name))
         return tuple(getattr(defaults, key) for key in INSTRUCTION_FIELDS)
+
+    def short_name(self, name: str) -> str:
+        """How the story calls the character: the name its instructions use ("Qiqi")."""
+        return self.character(name).defaults.character
+
+    def vocabulary(self, name: str) -> dict[str, list[str]]:
+        """The suggestion chips for the character `name` on this engine."""
+        return vocabulary_for(self.character(name), self.engine)
+
+    def command_context(self, session: Session) -> CommandContext:
+        """What a command may leave out: the character's default adverb, and the time and
+        place of the last turn (the character's defaults before the first turn)."""
+        words = self.vocabulary(session.character)
+        defaults = in_vocabulary(self.character(session.character).defaults, words)
+        last = session.turns[-1].instruction if session.turns else defaults
+        fallback = dataclasses.replace(
+            defaults, motion=last.motion, time=last.time, place=last.place
+        )
+        return CommandContext(fallback=fallback, adverbs=words["adverbs"], times=words["times"])
+
+    def default_command(self, session: Session) -> str:
+        return format_command(self.command_context(session).fallback)
+
+    def with_word(self, session: Session, text: str | None, field: str, word: str) -> str:
+        """The command line after tapping the suggestion `word` for `field`."""
+        try:
+            return with_word(text, field, word, self.command_context(session))
+        except InstructionError as error:
+            raise user_error(str(error), "Invalid suggestion") from error
 
     def screen(self, player: Player, message: str) -> Screen:
         session = player.session
@@ -347,7 +431,7 @@ class GameUI:
             status += f"  \nLast turn took {player.last_elapsed_s:.1f} s."
         return Screen(
             summary=views.game_summary(session, self.engine.kind),
-            chat=views.chat_messages(session),
+            chat=views.chat_messages(session, self.short_name(session.character)),
             clip=views.newest_clip(session),
             gallery=views.gallery_items(session),
             gauges=views.gauges_html(session),
@@ -371,6 +455,23 @@ class GameUI:
 
     # Actions -----------------------------------------------------------------------------
 
+    def send(self, player: Player | None, text: str | None) -> Sent:
+        """Read the command line before a turn: the fields to play, the command as it will be
+        played (gaps filled), and the story with a pending bubble. Changes no game."""
+        player = player or self.new_player()
+        session = player.session
+        try:
+            instruction = read_command(text, self.command_context(session))
+            check_room_for_turn(session)
+        except InstructionError as error:
+            raise user_error(str(error), "Invalid instruction") from error
+        self._check_character(session, instruction)
+        eta = eta_seconds([turn.timings.total_s for turn in session.turns])
+        chat = views.pending_messages(
+            session, self.short_name(session.character), instruction, eta
+        )
+        return Sent(tuple(instruction.fields().values()), format_command(instruction), chat)
+
     def play(
         self,
         player: Player | None,
@@ -393,8 +494,11 @@ class GameUI:
         seed_value = parse_seed(seed)
         self.tidy()
         started = self.clock()
+        eta = eta_seconds([turn.timings.total_s for turn in player.session.turns])
         try:
-            session = self.run_turn(player.session, instruction, seed_value, progress)
+            session = self.run_turn(
+                player.session, instruction, seed_value, story_progress(progress, eta)
+            )
         except gr.Error:
             raise
         except Exception as error:  # raised outside the GPU function (e.g. by ZeroGPU itself)
@@ -431,7 +535,10 @@ class GameUI:
         name = player.session.character
         player = self._replace_game(player, new_session(name, player.session.window))
         message = f"New game with {self.character(name).display_name}."
-        return Update(player, self.screen(player, message), self.default_fields(name))
+        return Update(
+            player, self.screen(player, message), self.default_fields(name),
+            self._replaced_toast(player, message),
+        )
 
     def choose_character(self, player: Player | None, name: str | None) -> Update:
         """Pick the character to play: a new game with them (the current one is closed)."""
@@ -443,7 +550,30 @@ class GameUI:
         else:
             player = self._replace_game(player, new_session(character.name, self.window))
             message = f"New game with {character.display_name}."
-        return Update(player, self.screen(player, message), self.default_fields(character.name))
+        return Update(
+            player, self.screen(player, message), self.default_fields(character.name),
+            self._replaced_toast(player, message),
+        )
+
+    def previous_game(self, player: Player | None) -> Update:
+        """One step back after a restart, a character switch or a load: the replaced game
+        returns, and the game it replaces becomes the one to go back to (unless it is empty)."""
+        player = player or self.new_player()
+        back = player.previous_game
+        if back is None:
+            raise user_error("There is no earlier game to go back to.", "No earlier game")
+        current = player.session
+        player = dataclasses.replace(
+            player, session=back, previous_game=current if current.turns else None,
+            last_elapsed_s=None,
+        )
+        name = self.character(back.character).display_name
+        message = f"Back to your game with {name}: {len(back.turns)} turns."
+        fields = (
+            tuple(back.turns[-1].instruction.fields().values())
+            if back.turns else self.default_fields(back.character)
+        )
+        return Update(player, self.screen(player, message), fields, message)
 
     def fill_from_text(self, text: str | None) -> tuple[str, ...]:
         """The five fields read from `Character: …; Motion: …; Background: …`."""
@@ -492,7 +622,9 @@ class GameUI:
             if session.turns else self.default_fields(session.character)
         )
         message = f"Saved game loaded: {len(session.turns)} turns."
-        return Update(player, self.screen(player, message), fields)
+        return Update(
+            player, self.screen(player, message), fields, self._replaced_toast(player, message)
+        )
 
     def playthrough(self, player: Player | None) -> str:
         """All clips of the game as one mp4; returns its path (for a download)."""
@@ -529,13 +661,27 @@ class GameUI:
             ) from error
 
     def _replace_game(self, player: Player, session: Session) -> Player:
-        """The player with `session` as their game; the old game's files go (after the grace
-        period: its last screen may still be on its way to the browser)."""
+        """The player with `session` as their game. The old game becomes the one to go back to
+        (an empty one does not replace an earlier game with turns); the game that drops out
+        loses its files after the grace period (its last screen may still be on its way to the
+        browser)."""
         old = player.session
-        self.files.discard(
-            self.files.game_files(
-                player.player_id, old.session_id, (turn.clip_path for turn in old.turns)
-            ),
-            self.delete_grace_s,
+        keep, drop = (old, player.previous_game) if old.turns else (player.previous_game, old)
+        if drop is not None:
+            self.files.discard(
+                self.files.game_files(
+                    player.player_id, drop.session_id, (turn.clip_path for turn in drop.turns)
+                ),
+                self.delete_grace_s,
+            )
+        return dataclasses.replace(
+            player, session=session, last_elapsed_s=None, previous_game=keep
         )
-        return dataclasses.replace(player, session=session, last_elapsed_s=None)
+
+    @staticmethod
+    def _replaced_toast(player: Player, message: str) -> str:
+        if player.previous_game is None:
+            return message
+        turns = len(player.previous_game.turns)
+        return f"{message} Your previous game ({turns} turns) is kept: “Back to previous game” " \
+            "returns to it."

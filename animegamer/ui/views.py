@@ -17,7 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from animegamer.game import GAUGE_MAX, Gauges, Session, Turn
+from animegamer.game import GAUGE_MAX, Gauges, Instruction, Session, Turn
+from animegamer.ui.command import format_command
+from animegamer.ui.story import motion_words, nudges, turn_sentence
 
 GAUGE_LABELS = {"stamina": "Stamina", "social": "Social", "entertainment": "Entertainment"}
 CHAT_TURNS = 20
@@ -45,13 +47,16 @@ def previous_gauges(session: Session, turn: Turn) -> Gauges:
     return session.turns[turn.index - 2].gauges if turn.index > 1 else Gauges()
 
 
+def applied_changes(session: Session, turn: Turn) -> dict[str, int]:
+    """How much each gauge moved on `turn`: the change applied, after clamping and decay (not
+    the raw prediction)."""
+    before = previous_gauges(session, turn).as_dict()
+    return {name: value - before[name] for name, value in turn.gauges.as_dict().items()}
+
+
 def gauge_changes(session: Session) -> dict[str, int] | None:
     """How much each gauge moved on the last turn, or None before the first turn."""
-    if not session.turns:
-        return None
-    last = session.turns[-1]
-    before = previous_gauges(session, last).as_dict()
-    return {name: value - before[name] for name, value in last.gauges.as_dict().items()}
+    return applied_changes(session, session.turns[-1]) if session.turns else None
 
 
 def signed(value: int) -> str:
@@ -64,6 +69,22 @@ def band(value: int) -> str:
     return "mid" if value < HIGH_BAND else "high"
 
 
+def change_kind(delta: int) -> str:
+    return "up" if delta > 0 else ("down" if delta < 0 else "flat")
+
+
+def change_chips(changes: dict[str, int]) -> str:
+    """One chip per gauge, `Stamina −5`, coloured by direction (integers and fixed labels).
+
+    The story's HTML is sanitised in the browser, which drops `data-` attributes: classes name
+    the gauge (`ag-g-stamina`) and the turn (`ag-turn-3`) instead."""
+    return "".join(
+        f'<span class="ag-change ag-{change_kind(delta)} ag-g-{name}">'
+        f"{GAUGE_LABELS[name]} {signed(delta)}</span>"
+        for name, delta in changes.items()
+    )
+
+
 def gauges_html(session: Session) -> str:
     """Three labelled 0–100 bars with colour bands and the last change."""
     changes = gauge_changes(session)
@@ -74,8 +95,7 @@ def gauges_html(session: Session) -> str:
             change = '<span class="ag-change ag-none">no turn yet</span>'
         else:
             delta = changes[name]
-            kind = "up" if delta > 0 else ("down" if delta < 0 else "flat")
-            change = f'<span class="ag-change ag-{kind}">{signed(delta)}</span>'
+            change = f'<span class="ag-change ag-{change_kind(delta)}">{signed(delta)}</span>'
         rows.append(
             f'<div class="ag-gauge" data-gauge="{name}" data-value="{value}">'
             f'<div class="ag-gauge-head"><span class="ag-gauge-label">{GAUGE_LABELS[name]}</span>'
@@ -88,15 +108,21 @@ def gauges_html(session: Session) -> str:
     return f'<div class="ag-gauges">{"".join(rows)}</div>'
 
 
-def turn_summary(session: Session, turn: Turn) -> str:
-    before = previous_gauges(session, turn).as_dict()
-    parts = [
-        f"{GAUGE_LABELS[name]} {value} ({signed(value - before[name])})"
-        for name, value in turn.gauges.as_dict().items()
-    ]
+def turn_story(session: Session, turn: Turn, name: str) -> str:
+    """The game's answer to a turn as HTML: the sentence, the applied gauge changes as chips,
+    the motion level in words, the turn's seed and time, and (on the newest turn) nudges for
+    gauges that run low or high. Every word that came from a player is escaped."""
+    sentence = html.escape(turn_sentence(name, turn.instruction, turn.states))
+    newest = turn.index == len(session.turns)
+    hints = "".join(
+        f'<div class="ag-nudge">{html.escape(hint)}</div>'
+        for hint in (nudges(name, turn.gauges) if newest else ())
+    )
     return (
-        f"Turn {turn.index} · motion level {turn.motion_level}<br>"
-        f"{' · '.join(parts)}<br>seed {turn.seed} · {turn.timings.total_s:.1f} s"
+        f'<div class="ag-story ag-turn-{turn.index}"><div class="ag-sentence">{sentence}</div>'
+        f'<div class="ag-chips">{change_chips(applied_changes(session, turn))}</div>'
+        f'<div class="ag-meta">Turn {turn.index} · motion {motion_words(turn.motion_level)} · '
+        f"seed {turn.seed} · {turn.timings.total_s:.1f} s</div>{hints}</div>"
     )
 
 
@@ -109,9 +135,15 @@ def recent_turns(session: Session, count: int) -> tuple[Turn, ...]:
     return session.turns[-count:]
 
 
-def chat_messages(session: Session) -> list[dict[str, Any]]:
-    """The chat of the last `CHAT_TURNS` turns: each instruction (escaped text), then the game's
-    answer with its clip."""
+def user_message(instruction: Instruction) -> dict[str, Any]:
+    """The player's line in the story: the command as actually played (escaped)."""
+    return {"role": "user", "content": html.escape(format_command(instruction))}
+
+
+def chat_messages(session: Session, name: str | None = None) -> list[dict[str, Any]]:
+    """The story of the last `CHAT_TURNS` turns: each command as played (escaped text), then
+    the game's answer about the character `name` with its clip."""
+    name = name or session.character
     messages: list[dict[str, Any]] = []
     hidden = len(session.turns) - CHAT_TURNS
     if hidden > 0:
@@ -121,12 +153,31 @@ def chat_messages(session: Session) -> list[dict[str, Any]]:
                        "has every clip.",
         })
     for turn in recent_turns(session, CHAT_TURNS):
-        messages.append({"role": "user", "content": html.escape(turn.instruction.text)})
-        answer: list[Any] = [turn_summary(session, turn)]
+        messages.append(user_message(turn.instruction))
+        answer: list[Any] = [turn_story(session, turn, name)]
         if clip_exists(turn):
             answer.append({"path": turn.clip_path})
         messages.append({"role": "assistant", "content": answer})
     return messages
+
+
+PENDING_TEXT = "Imagining the next moment…"
+
+
+def pending_messages(
+    session: Session, name: str, instruction: Instruction, eta_s: float | None
+) -> list[dict[str, Any]]:
+    """The story with the command just sent and a bubble saying the turn is on its way."""
+    wait = f" (about {eta_s:.0f} s)" if eta_s is not None else ""
+    bubble = (
+        f'<div class="ag-pending">{PENDING_TEXT}{wait}'
+        '<div class="ag-pending-bar"></div></div>'
+    )
+    return [
+        *chat_messages(session, name),
+        user_message(instruction),
+        {"role": "assistant", "content": bubble},
+    ]
 
 
 def gallery_items(session: Session) -> list[tuple[str, str]]:
@@ -145,24 +196,44 @@ def newest_clip(session: Session) -> str | None:
 
 
 def history_frame(session: Session) -> pd.DataFrame:
-    """The last `HISTORY_ROWS` turns as rows of plain values, for a table component."""
-    rows: list[Sequence[Any]] = [
-        (
+    """The last `HISTORY_ROWS` turns as rows of plain values, for a table component; the Δ
+    columns hold the change applied to each gauge."""
+    rows: list[Sequence[Any]] = []
+    for turn in recent_turns(session, HISTORY_ROWS):
+        changes = applied_changes(session, turn)
+        rows.append((
             turn.index,
             turn.instruction.text,
             turn.motion_level,
-            turn.states.st,
-            turn.states.sc,
-            turn.states.et,
+            changes["stamina"],
+            changes["social"],
+            changes["entertainment"],
             turn.gauges.stamina,
             turn.gauges.social,
             turn.gauges.entertainment,
             str(turn.seed),
             round(turn.timings.total_s, 1),
-        )
-        for turn in recent_turns(session, HISTORY_ROWS)
-    ]
+        ))
     return pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
+
+
+BANNERS = {
+    "preview": "Preview engine: tiny untrained models on the CPU, so the clips are noise.",
+    "nano": "Playing the Nano world: a small anime world trained on a CPU",
+}
+
+
+def banner_html(kind: str, notice: str) -> str:
+    """One line saying which world plays (none for the real models), the engine's notice
+    folded under it."""
+    headline = BANNERS.get(kind)
+    if headline is None:
+        return ""
+    details = f"<p>{html.escape(notice)}</p>" if notice else ""
+    return (
+        f'<details class="ag-banner" data-kind="{html.escape(kind)}"><summary>'
+        f"{html.escape(headline)}</summary>{details}</details>"
+    )
 
 
 def game_summary(session: Session, engine_kind: str) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""The game's CSS: theme-aware (Gradio's colour variables, tints mixed with transparency, never
+a fixed light background), tap targets of at least 44 px, one column on phones."""
+
+TAP = "44px"
+TINT = "color-mix(in srgb, {colour} {amount}%, transparent)"
+
+
+def tint(colour: str, amount: int) -> str:
+    """`colour` over whatever the theme's background is: readable in light and dark mode."""
+    return TINT.format(colour=colour, amount=amount)
+
+
+RED, AMBER, GREEN = "#ef4444", "#f59e0b", "#22c55e"
+
+CSS = f"""
+#ag-top {{ margin-bottom: 2px; }}
+.ag-header {{ display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 14px; }}
+.ag-header h1 {{ margin: 0; font-size: 1.6rem; }}
+.ag-tagline {{ color: var(--body-text-color-subdued); }}
+.ag-banner {{ margin-top: 6px; border: 1px solid {tint(AMBER, 55)}; background: {tint(AMBER, 12)};
+  border-radius: 8px; padding: 4px 12px; color: var(--body-text-color); font-size: .92em; }}
+.ag-banner summary {{ cursor: pointer; min-height: 28px; line-height: 28px; }}
+.ag-banner p {{ margin: 4px 0 6px; }}
+#ag-clip video {{ object-fit: contain; }}
+.ag-gauges {{ display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 8px 12px;
+  padding: 2px; }}
+.ag-gauge-head {{ display: flex; flex-wrap: wrap; align-items: baseline; gap: 2px 8px;
+  margin-bottom: 3px; }}
+.ag-gauge-label {{ font-weight: 600; flex: 1 1 auto; }}
+.ag-gauge-value {{ font-variant-numeric: tabular-nums; font-weight: 700; }}
+.ag-gauge-value small {{ font-weight: 400; opacity: .6; }}
+.ag-change {{ display: inline-block; font-size: .85em; padding: 1px 8px; border-radius: 999px;
+  text-align: center; font-variant-numeric: tabular-nums; color: var(--body-text-color);
+  border: 1px solid transparent; }}
+.ag-up {{ background: {tint(GREEN, 22)}; border-color: {tint(GREEN, 45)}; }}
+.ag-down {{ background: {tint(RED, 20)}; border-color: {tint(RED, 45)}; }}
+.ag-flat, .ag-none {{ background: {tint("#94a3b8", 18)}; border-color: {tint("#94a3b8", 35)}; }}
+.ag-track {{ position: relative; height: 14px; border-radius: 7px; overflow: hidden;
+  background: linear-gradient(to right, {tint(RED, 18)} 0 30%, {tint(AMBER, 18)} 30% 70%,
+  {tint(GREEN, 18)} 70% 100%); }}
+.ag-fill {{ height: 100%; border-radius: 7px; transition: width .4s ease; }}
+.ag-fill.ag-low {{ background: {RED}; }}
+.ag-fill.ag-mid {{ background: {AMBER}; }}
+.ag-fill.ag-high {{ background: {GREEN}; }}
+#ag-command input, #ag-command textarea {{ min-height: {TAP}; font-size: 16px; }}
+#ag-command.ag-invalid input, #ag-command.ag-invalid textarea {{
+  outline: 2px solid {RED}; outline-offset: -2px; }}
+#ag-main button, #ag-side button, .ag-chip-row button {{ min-height: {TAP}; }}
+#ag-main .ag-chip-row button {{ min-width: {TAP}; }}
+.ag-chip-row {{ padding: 2px 4px !important; }}
+.ag-chip-row button.gallery-item {{ flex: 0 0 auto; border-radius: 999px; }}
+.ag-chip-row button.gallery-item div {{ white-space: nowrap !important; width: auto !important; }}
+#ag-chat .bubble-wrap {{ padding-top: 34px; }}
+#ag-actions button {{ flex: 0 1 auto; }}
+.ag-suggestions {{ gap: 2px !important; }}
+.ag-chip-row .gallery {{ gap: 6px; }}
+.ag-chip-row .label {{ margin-bottom: 2px; }}
+#ag-avatar {{ flex: 0 0 56px !important; }}
+#ag-avatar button {{ width: 56px; min-width: 0; padding: 0; }}
+#ag-avatar img {{ width: 56px; height: 56px; object-fit: contain; }}
+.ag-status p {{ margin: 2px 0; color: var(--body-text-color-subdued); }}
+#ag-chat video {{ max-height: 170px; width: auto; }}
+.ag-story .ag-sentence {{ font-weight: 600; margin-bottom: 4px; }}
+.ag-story .ag-chips {{ display: flex; flex-wrap: wrap; gap: 4px; margin: 4px 0; }}
+.ag-meta {{ font-size: .85em; color: var(--body-text-color-subdued); }}
+.ag-nudge {{ margin-top: 4px; padding: 2px 8px; border-radius: 6px;
+  border-left: 3px solid {AMBER}; background: {tint(AMBER, 14)}; }}
+.ag-pending {{ font-style: italic; }}
+.ag-pending-bar {{ height: 4px; margin-top: 6px; border-radius: 2px; overflow: hidden;
+  background: linear-gradient(90deg, transparent 0%, var(--color-accent) 50%, transparent 100%);
+  background-size: 200% 100%; animation: ag-slide 1.2s linear infinite; }}
+@keyframes ag-slide {{ from {{ background-position: 100% 0; }}
+  to {{ background-position: -100% 0; }} }}
+#ag-history table {{ min-width: 900px; }}
+@media (max-width: 640px) {{
+  .ag-header h1 {{ font-size: 1.25rem; }}
+  .ag-tagline {{ display: none; }}
+  #ag-clip {{ height: auto !important; }}
+  .ag-suggestions .ag-chip-row .gallery {{ flex-wrap: nowrap !important; overflow-x: auto; }}
+  #ag-command-row {{ flex-wrap: wrap; }}
+  #ag-command-row > * {{ min-width: 100% !important; }}
+  .ag-gauges {{ gap: 6px; }}
+  .ag-gauge-label {{ flex-basis: 100%; font-size: .85em; }}
+}}
+"""
