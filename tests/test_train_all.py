@@ -25,7 +25,7 @@ TINY_VAE = {"steps": 2, "batch_size": 1, "train_frames": 9, "block_out_channels"
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("all")
     dataset = write_tiny_dataset(root / "dataset")
-    recipe = yaml.safe_load(Path("recipes/tiny.yaml").read_text())
+    recipe = yaml.safe_load(Path("recipes/tiny-cpu.yaml").read_text())
     recipe["vae"] = TINY_VAE
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     args = ["all", "--dataset", str(dataset), "--out", str(root / "run"),
@@ -60,6 +60,6 @@ def test_all_trains_every_phase_and_assembles_a_character(trained, tmp_path):
 
 def test_a_recipe_without_a_vae_section_refuses_the_vae_command(trained, capsys):
     code = main(["vae", "--dataset", str(trained / "dataset"), "--out", str(trained / "other"),
-                 "--config", "recipes/tiny.yaml"])
+                 "--config", "recipes/tiny-cpu.yaml"])
     assert code == 2 and "no 'vae' section" in capsys.readouterr().err
     shutil.rmtree(trained / "other", ignore_errors=True)

@@ -34,7 +34,7 @@ from animegamer.train.shots import (
 from animegamer.video import write_mp4
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = REPO / "recipes" / "tiny.yaml"
+TINY_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
 SHOTS_PER_VIDEO = 3
 
 
@@ -242,7 +242,8 @@ def test_resume_reaches_the_uninterrupted_weights(
     train(dataset, out, "--max-steps", str(stop))
     assert not (out / "decoder").exists()
     folder = out / "checkpoints" / "decoder"
-    assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}" for s in checkpoints]
+    assert sorted(p.name for p in folder.glob("step-*")) == [f"step-{s:08d}" for s in checkpoints]
+    assert (folder / "recipe.json").is_file()  # the recipe digest of `checks`
     counter = EncodeCounter(monkeypatch)
     losses = []
     original = decoder_phase.v_prediction_loss

@@ -1,6 +1,10 @@
 """`python -m animegamer.train {vae,decoder,game-state,adapt,all} --dataset DIR --out DIR --config
-RECIPE.yaml [--resume] [--max-steps N] [--name NAME]`, also under `accelerate launch -m
-animegamer.train ...`.
+RECIPE.yaml [--config MORE.yaml ...] [--resume] [--max-steps N] [--name NAME]`, also under
+`accelerate launch -m animegamer.train ...` or `torchrun -m animegamer.train ...`.
+
+Before any compute it checks the dataset, the recipe (every phase it will run, and the folders
+they start from) and, on `--resume`, that each phase's checkpoints were made by the same recipe
+(`checks`).
 
 Outputs under OUT: vae/ (a small world's own VAE, when the recipe has a `vae` section), decoder/
 (phase a's pipeline), game_state/ (phase b), decoder_adapted/ (phase c), character/ (`all`: the
@@ -11,9 +15,11 @@ logs/<phase>/losses.jsonl and latents/ (the VAE latent cache).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from accelerate import Accelerator
 
@@ -31,7 +37,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("command", choices=COMMANDS, help="the phase to run, or all of them")
     parser.add_argument("--dataset", type=Path, required=True, help="a dataset folder")
     parser.add_argument("--out", type=Path, required=True, help="the training folder")
-    parser.add_argument("--config", type=Path, required=True, help="the recipe (YAML)")
+    parser.add_argument(
+        "--config", type=Path, action="append", required=True,
+        help="the recipe (YAML); repeat it to combine files of one phase each",
+    )
     parser.add_argument(
         "--resume", action="store_true", help="continue each phase from its latest checkpoint"
     )
@@ -45,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--name", default=None,
-        help="all: the character's name in its folder's manifest (default: the dataset's)",
+        help="all: the trained character's name in its folder (default: the dataset's first "
+        "character; a world of several characters, like Nano, names itself)",
     )
     parser.add_argument(
         "--push-to-hub", metavar="REPO", default=None,
@@ -66,26 +76,44 @@ def _report(accelerator: Accelerator, phase: str, result: Path | None) -> None:
         accelerator.print(f"{phase}: wrote {result}")
 
 
-def train_game_state(
-    args: argparse.Namespace, recipe: Recipe, accelerator: Accelerator
-) -> Path:
-    """Phase b (`animegamer.train.game_state_phase`) with phase a's shot encoder. Its recipe
-    section is validated by that phase's own model; the accelerator accumulates one window
-    per micro-step there, so its accumulation is set for the phase and restored after."""
+def config_name(args: argparse.Namespace) -> str:
+    return " + ".join(str(path) for path in args.config)
+
+
+def game_state_settings(args: argparse.Namespace, recipe: Recipe, num_processes: int) -> Any:
+    """Phase b's recipe section, validated by that phase's own model (`GameStateRecipe`), with
+    a batch the processes can share."""
     from pydantic import ValidationError
 
     from animegamer.train import game_state_phase
-    from animegamer.train.decoder_phase import DECODER, load_shot_encoder
 
     if recipe.game_state is None:
-        raise RecipeError(f"{args.config}: the recipe has no 'game_state' section (phase b)")
+        raise RecipeError(f"{config_name(args)}: the recipe has no 'game_state' section (phase b)")
     try:
         settings = game_state_phase.GameStateRecipe.model_validate(recipe.game_state)
     except ValidationError as error:
         problems = "; ".join(
             ".".join(map(str, ("game_state", *e["loc"]))) + f": {e['msg']}" for e in error.errors()
         )
-        raise RecipeError(f"{args.config}: {problems}") from None
+        raise RecipeError(f"{config_name(args)}: {problems}") from None
+    if settings.batch_size % num_processes:
+        raise RecipeError(
+            f"{config_name(args)}: game_state.batch_size {settings.batch_size} is not a multiple "
+            f"of the {num_processes} processes"
+        )
+    return settings
+
+
+def train_game_state(
+    args: argparse.Namespace, recipe: Recipe, accelerator: Accelerator
+) -> Path:
+    """Phase b (`animegamer.train.game_state_phase`) with phase a's shot encoder. The
+    accelerator accumulates one window per micro-step there, so its accumulation is set for
+    the phase and restored after."""
+    from animegamer.train import game_state_phase
+    from animegamer.train.decoder_phase import DECODER, load_shot_encoder
+
+    settings = game_state_settings(args, recipe, accelerator.num_processes)
     encoder = load_shot_encoder(args.out / DECODER)
     previous = accelerator.gradient_accumulation_steps
     accelerator.gradient_accumulation_steps = game_state_phase.gradient_accumulation_steps(
@@ -105,7 +133,7 @@ def train_vae(args: argparse.Namespace, recipe: Recipe) -> Recipe:
     from animegamer.train.vae import train_vae as train
 
     if recipe.vae is None:
-        raise RecipeError(f"{args.config}: the recipe has no 'vae' section")
+        raise RecipeError(f"{config_name(args)}: the recipe has no 'vae' section")
     train(args.dataset, args.out / VAE, recipe.vae, args.max_steps, losses_path(args.out, VAE))
     return with_trained_vae(recipe, args.out / VAE)
 
@@ -138,20 +166,80 @@ def assemble(args: argparse.Namespace, recipe: Recipe, game_state: Path) -> Path
     return assemble_character(args.out / CHARACTER, name, game_state, args.out / ADAPTED, summary)
 
 
+PHASES = {"decoder": "decoder", "game-state": "game_state", "adapt": "adapt"}
+"""Command → the phase's checkpoint folder and recipe section."""
+
+
+def phases_of(command: str) -> list[str]:
+    """The checkpointed phases (`PHASES` values) a command runs."""
+    if command == "all":
+        return list(PHASES.values())
+    return [PHASES[command]] if command in PHASES else []
+
+
+def check_inputs(args: argparse.Namespace, recipe: Recipe) -> list[str]:
+    """Everything that can be refused before compute, even before the `Accelerator` (see the
+    module doc); returns the phases that have no checkpoint yet (`record_recipes` then)."""
+    from animegamer.train.checks import check_dataset, check_init_folders, check_resume_recipe
+
+    phases = phases_of(args.command)
+    for phase in phases:
+        section = getattr(recipe, phase)
+        if section is None:
+            raise RecipeError(f"{config_name(args)}: the recipe has no '{phase}' section")
+    game_state_init = None
+    if "game_state" in phases:
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+        game_state_init = game_state_settings(args, recipe, processes).init
+    check_init_folders(phases, recipe, game_state_init)
+    decodes = bool({"decoder", "adapt"} & set(phases))
+    check_dataset(args.dataset, features=bool(phases), clips=decodes, character=args.name)
+    return [
+        phase for phase in phases
+        if check_resume_recipe(args.out, phase, recipe, config_name(args))
+    ]
+
+
+def record_recipes(
+    args: argparse.Namespace, recipe: Recipe, phases: list[str], accelerator: Accelerator
+) -> None:
+    """The recipe record (`checks.record_recipe`) of each phase without checkpoints."""
+    from animegamer.train.checks import record_recipe
+
+    if accelerator.is_main_process:
+        for phase in phases:
+            record_recipe(args.out, phase, recipe, config_name(args))
+    accelerator.wait_for_everyone()
+
+
+def launched_without_cuda() -> bool:
+    """Whether several processes were launched (torchrun) on a machine without CUDA: accelerate
+    then needs `cpu=True` to join them over gloo (`accelerate launch --multi_gpu` is torchrun
+    too); without it each process would train alone, all writing the same folder."""
+    import torch
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+
+
 def run(args: argparse.Namespace) -> None:
-    from accelerate.utils import ProjectConfiguration
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
 
     from animegamer.train import decoder_phase
 
-    recipe = load_recipe(args.config)
+    recipe = load_recipe(*args.config)
     if args.max_steps is not None and args.max_steps < 1:
         raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}")
+    fresh = check_inputs(args, recipe)
     accelerator = Accelerator(
         mixed_precision=recipe.mixed_precision,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        cpu=launched_without_cuda(),
         project_config=ProjectConfiguration(project_dir=str(args.out)),
         log_with=args.report_to,
+        # phase b under DDP: a window without history leaves the input resampler unused
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
     )
+    record_recipes(args, recipe, fresh, accelerator)
     if args.report_to:
         accelerator.init_trackers("animegamer-train", config=recipe.model_dump(mode="json"))
     common = {"resume": args.resume, "max_steps": args.max_steps}
@@ -191,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         run(args)
-    except (ValueError, OSError, ImportError) as error:
+    except (ValueError, OSError, ImportError, FloatingPointError) as error:
         message = " ".join(str(error).split()) or type(error).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -32,14 +32,16 @@ processes (each takes its share of a step's windows), `save_state`/`load_state` 
 model takes one sequence at a time, so a step of `batch_size` windows is accumulated
 (`accelerator.accumulate`, one window per micro-step, which DeepSpeed also follows).
 Which window comes at which step depends only on the seed and the step, so a resumed run
-continues the same data order. Merging gathers nothing: a run sharded by ZeRO-3 or FSDP must be
-saved with full parameters first.
+continues the same data order. A NaN or infinite loss stops the run before that step is logged
+or checkpointed (`loop.check_finite`). Merging gathers nothing: a run sharded by ZeRO-3 or FSDP
+must be saved with full parameters first.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +71,7 @@ from animegamer.tokens import (
     state_block_ids,
 )
 from animegamer.train.episodes import EpisodeWindow, episode_windows
-from animegamer.train.loop import losses_path
+from animegamer.train.loop import check_finite, losses_path
 
 __all__ = [
     "BaseLLMInit",
@@ -518,6 +520,11 @@ def train_game_state(
     try:
         for step in bar:
             record = {"step": step + 1, **trainer.step(schedule.batch(step, recipe.batch_size))}
+            if not math.isfinite(record["loss"]):
+                bar.close()
+                found = _checkpoints(checkpoints)
+                last_good = found[-1][1] if found else None
+                check_finite(record["loss"], PHASE_FOLDER, step + 1, last_good)
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step + 1)
             bar.set_postfix(loss=f"{record['loss']:.4f}")
             if accelerator.is_main_process:

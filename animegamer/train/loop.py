@@ -5,12 +5,14 @@ optimizer, RNG states) in `OUT/checkpoints/<phase>/step-NNNNNNNN`, and everythin
 step (which samples, the noise, the timesteps, the dropout) comes from `micro_generator(seed,
 micro step, process)` and `sample_indices(...)`, pure functions of the step counter; so does the
 data order. Losses go to `OUT/logs/<phase>/losses.jsonl` as `{"step": s, "loss": x}` lines (a
-resumed run first drops the lines past its checkpoint).
+resumed run first drops the lines past its checkpoint). A step whose loss is not finite stops the
+run before it is logged or checkpointed (`NonFiniteLossError`), the last good checkpoint kept.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,6 +28,27 @@ _STEP_DIR = re.compile(r"step-(\d{8})")
 
 MicroLoss = Callable[[int, torch.Generator], torch.Tensor]
 """loss(micro step, generator) → the scalar loss of one micro-batch of this process."""
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A step's loss was NaN or infinite: the run stopped; the message names the last good
+    checkpoint."""
+
+
+def check_finite(loss: float, phase: str, step: int, last_good: Path | None) -> None:
+    """Raise `NonFiniteLossError` if `loss` (of optimizer step `step`) is NaN or infinite.
+    Called before the step is logged or checkpointed, with the same reduced loss on every
+    process, so all of them stop together."""
+    if math.isfinite(loss):
+        return
+    kept = (
+        f"the last good checkpoint, {last_good}, is kept (--resume continues from it)"
+        if last_good is not None else "no checkpoint had been written yet"
+    )
+    raise NonFiniteLossError(
+        f"{phase}: the loss is {loss} at step {step}; the run stopped there and {kept}. Lower "
+        "the learning rate or check the data"
+    )
 
 
 def losses_path(out: Path, phase: str) -> Path:
@@ -150,6 +173,10 @@ def train_steps(
             losses.append(loss.detach())
         mean = accelerator.reduce(torch.stack(losses).mean(), reduction="mean").item()
         done = step + 1
+        if not math.isfinite(mean):
+            bar.close()
+            found = latest_checkpoint(out, settings.phase)
+            check_finite(mean, settings.phase, done, found[1] if found else None)
         bar.update()
         bar.set_postfix(loss=f"{mean:.4f}")
         if done % settings.log_every == 0:

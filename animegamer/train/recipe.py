@@ -172,9 +172,7 @@ def _location(error: ErrorDetails) -> str:
     return ".".join(str(part) for part in error["loc"]) or "(top level)"
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Read and validate a recipe YAML file; `RecipeError` naming the file and each bad field."""
-    path = Path(path)
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -183,8 +181,28 @@ def load_recipe(path: str | Path) -> Recipe:
         raise RecipeError(f"{path}: not valid YAML ({error})") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe is a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def load_recipe(*paths: str | Path) -> Recipe:
+    """Read and validate a recipe YAML file; `RecipeError` naming the file and each bad field.
+
+    Several files make one recipe (`recipes/paper-*.yaml`, one phase each): a field may come
+    from several files only with the same value."""
+    if not paths:
+        raise RecipeError("no recipe file given")
+    merged: dict[str, Any] = {}
+    source: dict[str, Path] = {}
+    for path in map(Path, paths):
+        for key, value in _read(path).items():
+            if key in merged and merged[key] != value:
+                raise RecipeError(
+                    f"{path}: '{key}' is also set, to another value, in {source[key]}"
+                )
+            merged[key], source[key] = value, path
+    name = " + ".join(str(path) for path in paths)
     try:
-        return Recipe.model_validate(data)
+        return Recipe.model_validate(merged)
     except ValidationError as error:
         problems = "; ".join(f"{_location(e)}: {e['msg']}" for e in error.errors())
-        raise RecipeError(f"{path}: {problems}") from None
+        raise RecipeError(f"{name}: {problems}") from None
