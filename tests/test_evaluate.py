@@ -356,14 +356,14 @@ def test_the_command_runs_a_window_study(preview_engine, tmp_path, monkeypatch, 
     monkeypatch.setattr("animegamer.evaluate.__main__.create_preview_engine",
                         lambda settings: preview_engine)
     out = tmp_path / "study"
-    code = main(["--character", "Nano", "--benchmark", str(REPO / "benchmarks/games/nano.json"),
+    code = main(["--character", "Qiqi", "--benchmark", str(REPO / "benchmarks/games/nano.json"),
                  "--out", str(out), "--engine", "preview", "--clip", "tiny", "--turns", "1",
                  "--limit", "1", "--steps", "1", "--window", "1", "2", "--no-progress"])
     assert code == 0
     for window in (1, 2):
         metrics = json.loads((out / f"window-{window}/metrics.json").read_text())
         assert metrics["meta"]["window"] == window and metrics["meta"]["turns"] == 1
-        assert metrics["meta"]["reference"] == "none"  # Nano is no registry character
+        assert metrics["meta"]["reference"].endswith("qiqi.png")  # the registry's avatar
         assert "geometric" in metrics["meta"]["levels"]
     table = (out / "windows.md").read_text()
     assert "| metric | window 1 | window 2 |" in table and "| CLIP-C |" in table
@@ -374,3 +374,86 @@ def test_the_command_refuses_a_missing_benchmark(tmp_path, capsys):
     code = main(["--character", "Nano", "--benchmark", str(tmp_path / "nothing.json"),
                  "--out", str(tmp_path / "out"), "--engine", "preview", "--clip", "tiny"])
     assert code == 2 and "neither a benchmark file nor a dataset" in capsys.readouterr().err
+
+
+# ---- the Nano world's probes ----
+
+def test_probe_scores_of_a_rendered_shot_agree_with_its_instruction():
+    from animegamer.evaluate.metrics import probe_scores
+    from animegamer.nano.probes import NanoProbes
+    from animegamer.nano.world import NanoRenderer, WorldState
+
+    instruction = make_instruction({"character": "Sosuke", "adverb": "quickly",
+                                    "motion": "run along the road", "time": "evening",
+                                    "place": "city street"})
+    shot = NanoRenderer().render(instruction, WorldState(30.0, 0.0, 1, "day", "town"))
+    scores = probe_scores(NanoProbes(), shot.frames, instruction)
+    assert scores["probe_labels"] == {"time": "evening", "place": "street",
+                                      "character": "Sosuke", "motion": "travel"}
+    assert [scores[f"probe_{n}"] for n in ("time", "place", "character", "motion")] == [1.0] * 4
+    other = make_instruction({**instruction.fields(), "character": "Nano", "time": "night"})
+    wrong = probe_scores(NanoProbes(), shot.frames, other)
+    assert wrong["probe_character"] is None and wrong["probe_time"] == 0.0
+
+
+def test_a_probed_run_reports_the_world_probes(preview_engine, clip, json_run, tmp_path):
+    from animegamer.nano.probes import NanoProbes
+
+    benchmark, out, _ = json_run
+    first = dataclasses.replace(benchmark, games=benchmark.games[1:])
+    runner = _runner(preview_engine, clip, tmp_path)
+    runner.probes = NanoProbes()
+    records = runner.run(first)
+    assert all(r["probe_time"] in (0.0, 1.0) and r["probe_character"] is None for r in records)
+    assert all(set(r["probe_labels"]) == {"time", "place", "character", "motion"}
+               for r in records)
+    metrics = write_report(tmp_path, records, {"character": "Nano", "probes": "nano"})
+    summary = metrics["summary"]
+    assert summary["probe_place"]["count"] == len(records)
+    assert summary["probe_place"]["mean"] == pytest.approx(
+        np.mean([r["probe_place"] for r in records]))
+    assert summary["probe_character"] == {"mean": None, "count": 0, "by_turn": {}}
+    assert "coarse motion class" in metrics["definitions"]["probe_motion"]
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| world probes | probe: place |" in markdown
+    assert "probe: motion" in (tmp_path / "report.html").read_text()
+    unprobed = json.loads((out / "metrics.json").read_text())
+    assert not any(key.startswith("probe_") for key in unprobed["definitions"])
+
+
+def test_probes_run_for_a_nano_models_folder_only(tmp_path):
+    from animegamer.convert.character import LAYOUT_FORMAT, MANIFEST_NAME
+    from animegamer.evaluate.__main__ import _probes, build_parser
+
+    def probes_for(*extra: str):
+        args = build_parser().parse_args(["--out", str(tmp_path / "out"), *extra])
+        return _probes(args)
+
+    nano, other = tmp_path / "nano", tmp_path / "other"
+    for folder, name in ((nano, "Nano"), (other, "Qiqi")):
+        folder.mkdir()
+        (folder / MANIFEST_NAME).write_text(json.dumps({"format": LAYOUT_FORMAT,
+                                                        "character": name}))
+    probes, note = probes_for("--character", "qiqi", "--models", str(nano))
+    assert probes is not None and "Nano world" in note
+    assert probes_for("--character", "Qiqi", "--models", str(other))[0] is None
+    assert probes_for("--character", "Nano", "--models", str(nano))[0] is None
+    assert probes_for("--character", "Qiqi", "--models", str(nano), "--probes", "none")[0] is None
+    assert probes_for("--character", "Qiqi", "--models", str(tmp_path / "missing"))[0] is None
+    assert probes_for("--character", "Qiqi", "--probes", "nano")[0] is not None
+
+
+def test_the_command_reports_the_probes_when_asked(preview_engine, tmp_path, monkeypatch):
+    monkeypatch.setattr("animegamer.evaluate.__main__.create_preview_engine",
+                        lambda settings: preview_engine)
+    out = tmp_path / "probed"
+    code = main(["--character", "Qiqi", "--benchmark", str(REPO / "benchmarks/games/nano.json"),
+                 "--out", str(out), "--engine", "preview", "--clip", "tiny", "--turns", "2",
+                 "--limit", "1", "--steps", "1", "--probes", "nano", "--no-progress"])
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["meta"]["probes"] == "nano (--probes nano)"
+    for name in ("time", "place", "character", "motion"):
+        assert metrics["summary"][f"probe_{name}"]["count"] == 2
+        assert 0.0 <= metrics["summary"][f"probe_{name}"]["mean"] <= 1.0
+    assert "| world probes | probe: character |" in (out / "report.md").read_text()

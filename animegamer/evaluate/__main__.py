@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 from animegamer.characters import RegistryError, load_registry
+from animegamer.convert.character import read_manifest
+from animegamer.convert.errors import ConversionError
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels
 from animegamer.devices import choose_placement
 from animegamer.engine import (
@@ -47,6 +49,9 @@ from animegamer.evaluate.benchmark import (
 from animegamer.evaluate.metrics import TurnScorer
 from animegamer.evaluate.report import compare, write_report
 from animegamer.hub import HubError
+from animegamer.nano import NANO_NAME
+from animegamer.nano.probes import CHARACTERS as NANO_CHARACTERS
+from animegamer.nano.probes import NanoProbes
 from animegamer.settings import Settings, SettingsError
 
 EXIT_ERROR = 2
@@ -77,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", type=Path, help="the character's reference image")
     parser.add_argument("--levels", type=Path, help="motion levels JSON (MotionLevels.to_dict)")
     parser.add_argument("--judge", help="a vision-language model to score the six criteria")
+    parser.add_argument("--probes", choices=("auto", "nano", "none"), default="auto",
+                        help="the Nano world's probes (time, place, character, motion read from "
+                        "each clip): auto runs them when --models is a Nano world character "
+                        "folder (its manifest names Nano) and --character is one of the world's")
     parser.add_argument("--compare", type=Path, nargs=2, metavar="DIR",
                         help="write OUT/compare.{md,html} from two report folders and stop")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -123,6 +132,22 @@ def _levels(args: argparse.Namespace, found: MotionLevels | None,
     return levels_from_values(values), "the decoder's motion-scope table (geometric midpoints)"
 
 
+def _probes(args: argparse.Namespace) -> tuple[NanoProbes | None, str]:
+    """The world probes to run (None: not run) and the report's note on them."""
+    if args.probes == "nano":
+        return NanoProbes(), "nano (--probes nano)"
+    if args.probes == "none" or args.models is None:
+        return None, ""
+    try:
+        named = read_manifest(args.models).get("character")
+    except ConversionError:
+        return None, ""
+    if named != NANO_NAME or args.character.casefold() not in {
+            c.casefold() for c in NANO_CHARACTERS}:
+        return None, ""
+    return NanoProbes(), f"nano ({args.models} is the Nano world)"
+
+
 def evaluate(args: argparse.Namespace) -> int:
     if args.character is None or args.benchmark is None:
         raise BenchmarkError("--character and --benchmark are needed (or --compare A B)")
@@ -144,6 +169,7 @@ def evaluate(args: argparse.Namespace) -> int:
         from animegamer.evaluate.backbones import load_judge
 
         judge, judge_note = load_judge(args.judge), args.judge
+    probes, probes_note = _probes(args)
     cache = FeatureCache(args.out / "cache" / "features")
     scorer = TurnScorer(load_clip(args.clip), cache, levels, reference_image(reference), dreamsim)
     meta = {
@@ -154,6 +180,7 @@ def evaluate(args: argparse.Namespace) -> int:
         "levels": levels_source, "reference": str(reference) if reference else "none",
         "device": torch.cuda.get_device_name() if torch.cuda.is_available()
         else platform.processor() or "cpu",
+        **({"probes": probes_note} if probes is not None else {}),
     }
     folders = []
     for window in windows:
@@ -163,7 +190,7 @@ def evaluate(args: argparse.Namespace) -> int:
             engine, args.character, scorer,
             RunOptions(out, window=window, seed=args.seed, steps=args.steps,
                        progress=not args.no_progress),
-            judge, JUDGE_PROMPT.read_text(encoding="utf-8"),
+            judge, JUDGE_PROMPT.read_text(encoding="utf-8"), probes,
         )
         records = runner.run(benchmark)
         wall = round(time.perf_counter() - started, 1)

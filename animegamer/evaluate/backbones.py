@@ -48,7 +48,7 @@ DistanceFn = Callable[[np.ndarray, np.ndarray], torch.Tensor]
 def _pixels(images: np.ndarray, size: int) -> torch.Tensor:
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(f"images must be uint8 [N, H, W, 3], got {images.dtype} {images.shape}")
-    pixels = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255
+    pixels = torch.from_numpy(np.array(images)).permute(0, 3, 1, 2).float() / 255  # a copy
     pixels = F.interpolate(pixels, size=(size, size), mode="bicubic", antialias=True)
     mean = torch.tensor(CLIP_MEAN)[:, None, None]
     std = torch.tensor(CLIP_STD)[:, None, None]

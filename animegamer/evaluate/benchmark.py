@@ -43,6 +43,7 @@ from animegamer.evaluate.metrics import (
     TurnScorer,
     judge_prompt,
     judge_turn,
+    probe_scores,
     sample_indices,
 )
 from animegamer.game import (
@@ -57,6 +58,7 @@ from animegamer.game import (
     new_session,
     record_turn,
 )
+from animegamer.nano.probes import NanoProbes
 
 TURNS_FILE = "turns.jsonl"
 REPRESENTATIONS = "cache/representations"
@@ -293,13 +295,15 @@ class BenchmarkRunner:
 
     def __init__(self, engine: TurnEngine, character: str, scorer: TurnScorer,
                  options: RunOptions, judge: JudgeFn | None = None,
-                 judge_template: str = "") -> None:
+                 judge_template: str = "", probes: NanoProbes | None = None) -> None:
         self.engine = engine
         self.character = character
         self.scorer = scorer
         self.options = options
         self.judge = judge
         self.judge_template = judge_template
+        self.probes = probes
+        """The Nano world's probes, run on every whole clip when the engine plays that world."""
 
     def run(self, benchmark: Benchmark) -> list[dict[str, Any]]:
         """Play every missing turn; returns all turn records of the benchmark, in game order."""
@@ -377,6 +381,8 @@ class BenchmarkRunner:
             record["truth_frames"] = _strip(truth, out, f"{folder}/{index:04d}-truth.png")
         scope = motion_scope(clip)
         record["generated_scope"] = scope
+        if self.probes is not None:
+            record.update(probe_scores(self.probes, clip, played.instruction))
         sample = TurnSample(
             frames=clip[picks], scope=scope, instruction=played.instruction,
             played_level=played.motion_level, predicted=predicted,

@@ -20,6 +20,7 @@ import torch
 from animegamer.data.flow import MotionLevels
 from animegamer.evaluate.backbones import ClipBackbone, DistanceFn, FeatureCache
 from animegamer.game import GameStates, Instruction
+from animegamer.nano.probes import NanoProbes, probe_agreement
 
 FRAMES_PER_TURN = 4
 """Frames sampled (evenly, first and last included) from every clip for the image metrics."""
@@ -91,7 +92,37 @@ JUDGE_METRICS: tuple[MetricSpec, ...] = tuple(
                "turns it answered in the required format.")
     for name in JUDGE_CRITERIA
 )
-SPECS = {spec.key: spec for spec in (*METRICS, *JUDGE_METRICS)}
+PROBE_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("probe_time", "probe: time of day", "world probes", True,
+               "Share of turns whose clip's time of day, that of the Nano world background "
+               "(every place × time) nearest to the clip's median frame, is the instruction's "
+               "(animegamer.nano.probes)."),
+    MetricSpec("probe_place", "probe: place", "world probes", True,
+               "Share of turns whose clip's place, that of the Nano world background nearest "
+               "to the clip's median frame, is the instruction's place (phrases such as "
+               "\"grassy hill\" read as their place)."),
+    MetricSpec("probe_character", "probe: character", "world probes", True,
+               "Share of turns whose clip's character, by the palette votes of the pixels that "
+               "differ from the background, is the instruction's (Qiqi or Sosuke)."),
+    MetricSpec("probe_motion", "probe: motion", "world probes", True,
+               "Share of turns whose clip's coarse motion class (fly, jump, lie, ride, travel, "
+               "sit, still), measured on the sprite's height, width and movement, is the "
+               "instruction's."),
+)
+"""The Nano world's probes (`--probes nano`), recorded only when the engine plays that world."""
+SPECS = {spec.key: spec for spec in (*METRICS, *JUDGE_METRICS, *PROBE_METRICS)}
+
+
+def probe_scores(probes: NanoProbes, clip: np.ndarray,
+                 instruction: Instruction) -> dict[str, object]:
+    """`probe_<name>`: 1.0 when the world probe of the whole clip [F, H, W, 3] agrees with the
+    instruction, 0.0 when not, None when the instruction's word is outside the world; and
+    `probe_labels`, what each probe read."""
+    result = probes.probe(clip)
+    agreement = probe_agreement(result, instruction)
+    return {**{f"probe_{name}": None if agreed is None else float(agreed)
+               for name, agreed in agreement.items()},
+            "probe_labels": result.labels()}
 
 
 def sample_indices(frame_count: int, count: int = FRAMES_PER_TURN) -> list[int]:

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from animegamer.evaluate.backbones import TINY_CLIP
-from animegamer.evaluate.metrics import JUDGE_METRICS, METRICS, SPECS, MetricSpec, summarise
+from animegamer.evaluate.metrics import (
+    JUDGE_METRICS,
+    METRICS,
+    PROBE_METRICS,
+    SPECS,
+    MetricSpec,
+    summarise,
+)
 
 METRICS_FILE = "metrics.json"
 MARKDOWN_FILE = "report.md"
@@ -39,7 +46,8 @@ def _fmt(value: Any) -> str:
 
 def _used_specs(records: Sequence[Mapping[str, Any]]) -> list[MetricSpec]:
     judged = any("judge_overall" in record for record in records)
-    return [*METRICS, *(JUDGE_METRICS if judged else ())]
+    probed = any("probe_time" in record for record in records)
+    return [*METRICS, *(JUDGE_METRICS if judged else ()), *(PROBE_METRICS if probed else ())]
 
 
 def build_metrics(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> dict:

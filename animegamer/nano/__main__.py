@@ -19,11 +19,11 @@ from pathlib import Path
 
 from animegamer.data.episodes import TEST_FRACTION
 from animegamer.data.errors import DataError
+from animegamer.nano import NANO_NAME
 from animegamer.settings import DEFAULT_NANO_DIR, PACKAGE_ROOT
 
 EXIT_ERROR = 2
 NANO_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano.yaml"
-NANO_NAME = "Nano"
 NANO_MAX_BYTES = 40 * 1024**2
 """What the repository ships of Nano's weights, at most."""
 
