@@ -85,3 +85,15 @@ def served_app(tmp_path_factory) -> Iterator[str]:
     )
     yield url
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for a module of tiny-model training tests: the 2 cores of the machine
+    are shared, and tiny models gain nothing from a second thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -4,7 +4,6 @@ the saved pipeline, recipe errors. Everything on a tiny dataset of 64×96 clips,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,8 @@ from animegamer.train.shots import (
     vae_fingerprint,
 )
 from animegamer.video import write_mp4
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
@@ -79,15 +80,6 @@ def build_dataset(root: Path) -> Path:
     (root / "levels.json").write_text(json.dumps(levels.to_dict()))
     write_splits(root, {"train": rows})
     return root
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One torch thread: these models are tiny, and the machine's 2 cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +59,8 @@ from animegamer.train.game_state_phase import (
     with_lora,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 FEATURE_WIDTH = 32
 WIDTH = 64
 
@@ -95,15 +96,6 @@ def write_dataset(root: Path, lengths: list[int]) -> tuple[Path, list[dict]]:
         write_features(root / row["features_path"], image, text, extractor.name, motion)
     write_splits(root, {"train": rows})
     return root, rows
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One torch thread: the models are tiny and the machine's 2 cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

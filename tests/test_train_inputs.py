@@ -5,7 +5,6 @@ its last good checkpoint (phase a's loop and phase b's)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,16 +23,10 @@ from animegamer.train.recipe import load_recipe
 from animegamer.train.shots import read_features
 from animegamer.video import write_mp4
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 REPO = Path(__file__).resolve().parents[1]
 TINY_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

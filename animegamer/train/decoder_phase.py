@@ -48,6 +48,7 @@ from animegamer.train.recipe import (
     AdaptRecipe,
     CfgDropout,
     DecoderInit,
+    DecoderRecipe,
     LoraSettings,
     Recipe,
     TinyInit,
@@ -323,6 +324,33 @@ def run_stage(
     return reached
 
 
+def train_transformer(
+    stage: Stage,
+    settings: DecoderRecipe | AdaptRecipe,
+    seed: int,
+    pipeline: AnimeGamerPipeline,
+    model: ConditionedDecoder,
+    accelerator: Accelerator,
+    make_loss: Callable[[nn.Module], MicroLoss],
+    loop: LoopSettings,
+    out: Path,
+    span: tuple[int, int, int],
+    checkpoint: Path | None,
+    levels: MotionLevels,
+    folder: Path,
+) -> Path | None:
+    """The stage that trains the transformer (phase a's joint stage, phase c): a LoRA, or every
+    weight with `transformer: full`; once the phase's last step is reached, the merged pipeline
+    is saved to `folder` (returned), else None."""
+    full = settings.transformer == "full"
+    lora = None if full else add_lora(pipeline.transformer, settings, seed)
+    set_trainable(model, stage, full)
+    run_stage(accelerator, model, settings.lr, make_loss, loop, out, span, checkpoint)
+    if span[1] < span[2]:
+        return None
+    return finish(pipeline, lora, levels, folder, accelerator)
+
+
 def _resume_point(
     out: Path, phase: str, resume: bool, accelerator: Accelerator
 ) -> tuple[int, Path | None]:
@@ -404,15 +432,10 @@ def train_decoder(
         checkpoint = None
     if step >= stop and stop < total:
         return None
-    full = settings.transformer == "full"
-    lora = None if full else add_lora(transformer, settings, recipe.seed)
-    set_trainable(model, "joint", full)
-    run_stage(
-        accelerator, model, settings.lr, make_loss, loop, out, (step, stop, total), checkpoint
+    return train_transformer(
+        "joint", settings, recipe.seed, pipeline, model, accelerator, make_loss, loop, out,
+        (step, stop, total), checkpoint, levels, out / DECODER,
     )
-    if stop < total:
-        return None
-    return finish(pipeline, lora, levels, out / DECODER, accelerator)
 
 
 def load_game_state(folder: Path, accelerator: Accelerator) -> GameStateModel:
@@ -513,15 +536,10 @@ def adapt(
 
         return micro_loss
 
-    full = settings.transformer == "full"
-    lora = None if full else add_lora(transformer, settings, recipe.seed)
-    set_trainable(model, "adapt", full)
-    run_stage(
-        accelerator, model, settings.lr, make_loss, loop, out, (step, stop, total), checkpoint
+    return train_transformer(
+        "adapt", settings, recipe.seed, pipeline, model, accelerator, make_loss, loop, out,
+        (step, stop, total), checkpoint, levels, out / ADAPTED,
     )
-    if stop < total:
-        return None
-    return finish(pipeline, lora, levels, out / ADAPTED, accelerator)
 
 
 def load_shot_encoder(folder: Path) -> AnimeGamerShotEncoder:
