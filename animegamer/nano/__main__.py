@@ -1,7 +1,8 @@
 """AnimeGamer-Nano from one command each:
 
     python -m animegamer.nano world --out DATASET [--shots N] [--seed S] [--episode-length L]
-    python -m animegamer.nano train --dataset DATASET --out RUN [--recipe R] [--resume] [--install]
+    python -m animegamer.nano train --dataset DATASET --out RUN [--quick | --recipe R] [--resume]
+        [--install]
 
 `world` renders the Nano world as a dataset in the data pipeline's format; `train` runs every
 training phase on it (`python -m animegamer.train all` with `recipes/nano.yaml`: the VAE, then
@@ -24,6 +25,7 @@ from animegamer.settings import DEFAULT_NANO_DIR, PACKAGE_ROOT
 
 EXIT_ERROR = 2
 NANO_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano.yaml"
+QUICK_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano-quick.yaml"
 NANO_MAX_BYTES = 40 * 1024**2
 """What the repository ships of Nano's weights, at most."""
 
@@ -48,8 +50,10 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train every model on a Nano dataset")
     train.add_argument("--dataset", type=Path, required=True, help="a `world` dataset folder")
     train.add_argument("--out", type=Path, required=True, help="the training folder")
-    train.add_argument("--recipe", type=Path, default=NANO_RECIPE,
+    train.add_argument("--recipe", type=Path, default=None,
                        help="the training recipe (default recipes/nano.yaml)")
+    train.add_argument("--quick", action="store_true",
+                       help="recipes/nano-quick.yaml: the same path in about a minute (tests)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run")
     train.add_argument("--install", action="store_true",
                        help=f"copy the trained character to {DEFAULT_NANO_DIR} for the app")
@@ -95,8 +99,9 @@ def run_train(args: argparse.Namespace) -> int:
     from animegamer.train.__main__ import CHARACTER
     from animegamer.train.__main__ import main as train
 
+    recipe = args.recipe or (QUICK_RECIPE if args.quick else NANO_RECIPE)
     command = ["all", "--dataset", str(args.dataset), "--out", str(args.out),
-               "--config", str(args.recipe), "--name", NANO_NAME]
+               "--config", str(recipe), "--name", NANO_NAME]
     code = train([*command, "--resume"] if args.resume else command)
     if code or not args.install:
         return code
