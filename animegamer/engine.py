@@ -41,6 +41,7 @@ from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.settings import Settings
+from animegamer.speed import apply_preset, get_preset
 
 logger = logging.getLogger(__name__)
 
@@ -319,7 +320,9 @@ def create_engine(
         return create_nano_engine(settings)
     if settings.engine == "auto" and not torch.cuda.is_available():
         return create_cpu_engine(settings, "No GPU was found.")
-    placement = choose_placement(settings.low_vram, settings.zero_gpu)
+    preset = get_preset(settings.preset)
+    low_vram = "on" if preset.offload else settings.low_vram
+    placement = choose_placement(low_vram, settings.zero_gpu)
     default, *others = characters
     try:
         directories = {default: resolve_character(default)}
@@ -336,13 +339,16 @@ def create_engine(
     def load(character: str, placement: Placement) -> CharacterModels:
         if character in unavailable:
             raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
-        return load_character_models(directories[character], placement)
+        models = load_character_models(directories[character], placement)
+        if preset.changes_models or settings.compile:
+            apply_preset(preset, models.game_state, models.decoder, settings.compile)
+        return models
 
     engine = TurnEngine(
         load,
         kind="real",
         placement=placement,
-        num_inference_steps=settings.steps,
+        num_inference_steps=preset.steps(settings.steps),
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         load_on_demand=not placement.zero_gpu,

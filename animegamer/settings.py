@@ -17,6 +17,8 @@ DEFAULT_NANO_DIR = PACKAGE_ROOT.parent / "assets" / "nano"
 """AnimeGamer-Nano's trained character folder, shipped in the repository."""
 ENGINE_KINDS = ("auto", "real", "nano", "preview")
 LOW_VRAM_CHOICES = ("auto", "on", "off")
+PRESET_CHOICES = ("quality", "fast", "low-vram")
+"""Speed presets of the real engine (`animegamer.speed`)."""
 SPACE_DATA_DIR = Path("/data")
 """A Space's persistent storage, when it has some."""
 TRUE_WORDS = frozenset({"1", "true", "yes"})
@@ -49,6 +51,8 @@ class Settings:
     preview decoder. `nano_dir`: the Nano world's character folder.
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
     `zero_gpu`: running on a ZeroGPU Space (set by the platform).
+    `preset`: the real engine's speed preset (`animegamer.speed`); `compile`: regional
+    `torch.compile` of the decoder's transformer blocks.
     """
 
     engine: str = "auto"
@@ -64,6 +68,8 @@ class Settings:
     cache_dir: Path = field(default_factory=lambda: default_cache_dir({}))
     resource_checks: bool = True
     zero_gpu: bool = False
+    preset: str = "quality"
+    compile: bool = False
 
     @classmethod
     def from_env(
@@ -88,6 +94,8 @@ class Settings:
             cache_dir=default_cache_dir(env),
             resource_checks=not _flag(env, "ANIMEGAMER_SKIP_RESOURCE_CHECK"),
             zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
+            preset=env.get("ANIMEGAMER_PRESET", defaults.preset).strip().lower(),
+            compile=_flag(env, "ANIMEGAMER_COMPILE"),
         )
         settings.validate()
         return settings
@@ -98,6 +106,10 @@ class Settings:
         if self.low_vram not in LOW_VRAM_CHOICES:
             raise SettingsError(
                 f"ANIMEGAMER_LOW_VRAM must be one of {LOW_VRAM_CHOICES}: {self.low_vram!r}"
+            )
+        if self.preset not in PRESET_CHOICES:
+            raise SettingsError(
+                f"ANIMEGAMER_PRESET must be one of {PRESET_CHOICES}: {self.preset!r}"
             )
         if not 1 <= self.window <= MAX_WINDOW:
             raise SettingsError(f"ANIMEGAMER_WINDOW must be in 1..{MAX_WINDOW}: {self.window}")

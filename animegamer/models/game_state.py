@@ -14,6 +14,7 @@ Its folder is a character folder's game-state part: `llm/` (loadable by
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -169,6 +170,9 @@ class GameStateModel(PreTrainedModel):
         self.output_resampler = Resampler(hidden, config.representation_dim)
         self.tokenizer: PreTrainedTokenizerFast | None = None
         self._offload_hook: Any = None
+        self.shared_prefill = False
+        """Release path (`last_226`): compute the history prefix once for both passes
+        (`represent_and_predict_states`); off by default, as it rounds differently."""
         self.post_init()
         if language_model is not None:
             self.input_resampler.to(language_model.device, language_model.dtype)
@@ -373,6 +377,11 @@ class GameStateModel(PreTrainedModel):
                     prompt.input_ids, representations
                 )
                 return representation, _states_or_zeros(generated)
+            if self.shared_prefill:
+                representation, generated = self.represent_and_predict_states(
+                    prompt.input_ids, representations
+                )
+                return representation, _states_or_zeros(generated)
             # `represent` runs `forward` (whose offload hook moves the weights) before generation.
             representation = self.represent(prompt.input_ids, representations)
             states = self.predict_states(prompt.input_ids, representations)
@@ -394,27 +403,65 @@ class GameStateModel(PreTrainedModel):
         the attention pattern the model was trained with. The release's weights keep their own
         path (`represent` + `predict_states`), which the reference vectors pin.
         """
+        self._onload()
         prompt, embeds = self.embed_prompt(input_ids, history_representations)
         mask = attention_mask_4d(prompt, self.dtype, self.device)
         decoder = self.language_model.model
         output = decoder(inputs_embeds=embeds, attention_mask=mask, use_cache=True)
         hidden = output.last_hidden_state
         representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
-        cache = output.past_key_values
         logits = self.language_model.lm_head(hidden[:, -1])
-        ids, rule = prompt.input_ids, FrameTokenRule()
+        return representation, self._greedy_state_ids(
+            prompt.input_ids, logits, output.past_key_values
+        )
+
+    @torch.no_grad()
+    def represent_and_predict_states(
+        self, input_ids: torch.Tensor, history_representations: Sequence[torch.Tensor] = ()
+    ) -> tuple[torch.Tensor, list[int]]:
+        """The release path (`represent` + `predict_states`) with one shared prefill.
+
+        Everything before the query block (the history and the current instruction) is causal
+        in both passes, so its KV cache is computed once: a copy of it continues with the
+        query block under the training mask (the representation), the original continues
+        causally and decodes the state ids greedily (as `generate` does). Equal to the two
+        passes up to rounding; `shared_prefill` turns it on in `predict`.
+        """
+        self._onload()
+        prompt, embeds = self.embed_prompt(input_ids, history_representations)
+        start = prompt.query_block.start
+        decoder = self.language_model.model
+        prefix = decoder(inputs_embeds=embeds[:, :start], use_cache=True).past_key_values
+        mask = attention_mask_4d(prompt, self.dtype, self.device)[:, :, start:]
+        queries = decoder(
+            inputs_embeds=embeds[:, start:], attention_mask=mask,
+            past_key_values=copy.deepcopy(prefix), use_cache=True,
+        ).last_hidden_state
+        positions = self.representation_positions(prompt)
+        representation = self.output_resampler(
+            queries[:, positions.start - start:positions.stop - start]
+        )
+        causal = decoder(inputs_embeds=embeds[:, start:], past_key_values=prefix, use_cache=True)
+        logits = self.language_model.lm_head(causal.last_hidden_state[:, -1])
+        return representation, self._greedy_state_ids(
+            prompt.input_ids, logits, causal.past_key_values
+        )
+
+    def _greedy_state_ids(self, ids: torch.Tensor, logits: torch.Tensor, cache: Any) -> list[int]:
+        """Greedy state ids under `FrameTokenRule`, from the prompt's last logits and cache."""
+        decoder, rule = self.language_model.model, FrameTokenRule()
         generated: list[int] = []
         for _ in range(STATE_TOKENS_GENERATED):
             scores = rule(cast(torch.LongTensor, ids), cast(torch.FloatTensor, logits.float()))
             next_id = scores.argmax(-1, keepdim=True)
             generated.append(int(next_id))
-            if generated[-1] == EOS_ID:
+            if generated[-1] == EOS_ID or len(generated) == STATE_TOKENS_GENERATED:
                 break
             ids = torch.cat([ids, next_id], dim=1)
             step = decoder(input_ids=next_id, past_key_values=cache, use_cache=True)
             cache = step.past_key_values
             logits = self.language_model.lm_head(step.last_hidden_state[:, -1])
-        return representation, generated
+        return generated
 
     # ---- low-VRAM mode ----
 
@@ -426,6 +473,12 @@ class GameStateModel(PreTrainedModel):
 
         if self._offload_hook is None:
             _, self._offload_hook = cpu_offload_with_hook(self, execution_device=device)
+
+    def _onload(self) -> None:
+        """In low-VRAM mode, move the weights to the device now: paths that call the language
+        model directly bypass `forward`, where the offload hook would do it."""
+        if self._offload_hook is not None:
+            self._offload_hook.hook.pre_forward(self)
 
     def offload(self) -> None:
         """In low-VRAM mode, move the weights back to CPU memory now (a no-op otherwise)."""

@@ -1,0 +1,292 @@
+"""Speed presets, the shared prefill, regional compilation and the turn benchmark, on tiny models.
+
+Tolerances (tiny random weights, fp32, CPU; frames in [0, 1]):
+* shared prefill: representation within 1e-5 of the two passes, state ids identical;
+* `fast` at the same step count: within 1e-6 (First Block Cache at its 0.05 threshold never
+  skips on these weights); with the cache forced to skip (threshold 0.5), mean |Δ| ≤ 0.01;
+* `low-vram`: VAE tiling at 4×6-latent tiles, mean |Δ| ≤ 0.05 and the same video shape;
+* regional compile (eager backend): within 1e-5.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from diffusers.hooks import FirstBlockCacheConfig
+
+from animegamer.engine import build_preview_directory, create_engine
+from animegamer.game import GameStates
+from animegamer.models.tiny_decoder import tiny_pipeline
+from animegamer.models.tiny_game_state import tiny_game_state_model
+from animegamer.settings import Settings, SettingsError
+from animegamer.speed import (
+    FAST_STEPS,
+    PRESETS,
+    apply_preset,
+    attention_backends,
+    compile_transformer_blocks,
+    get_preset,
+)
+from animegamer.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 20
+
+
+@dataclass
+class PastTurn:
+    instruction: str
+    states: GameStates
+
+
+@pytest.fixture(scope="module")
+def game_state():
+    return tiny_game_state_model()
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    pipeline = tiny_pipeline()
+    pipeline.set_progress_bar_config(disable=True)
+    return pipeline
+
+
+@pytest.fixture(scope="module")
+def representation():
+    return torch.randn(1, 226, 64, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def benchmark():
+    """`benchmarks/turn_gpu.py` as a module (registered: its dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location("turn_gpu", REPO / "benchmarks" / "turn_gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def render(pipeline, representation, steps=STEPS):
+    return pipeline(
+        representation, 3, num_inference_steps=steps,
+        generator=torch.Generator().manual_seed(0), output_type="pt",
+    ).frames
+
+
+@pytest.fixture(scope="module")
+def baseline(decoder, game_state, representation):
+    apply_preset(PRESETS["quality"], game_state, decoder)
+    return render(decoder, representation)
+
+
+def history(count: int) -> tuple[list[HistoryTurn], list[torch.Tensor]]:
+    generator = torch.Generator().manual_seed(count)
+    turns = [HistoryTurn(f"Qiqi gently walk {i}", GameStates(ml=2, sc=1, et=3, st=4))
+             for i in range(count)]
+    return turns, [torch.randn(226, 64, generator=generator) for _ in range(count)]
+
+
+@pytest.mark.parametrize("past_turns", [0, 2])
+def test_shared_prefill_matches_two_passes(game_state, past_turns):
+    turns, representations = history(past_turns)
+    prompt = build_prompt(game_state.tokenizer, turns, "Qiqi happily fly in the sky")
+    expected = game_state.represent(prompt.input_ids, representations)
+    expected_ids = game_state.generate_state_ids(
+        prompt.input_ids, representations, max_new_tokens=STATE_TOKENS_GENERATED
+    ).tolist()
+    shared, ids = game_state.represent_and_predict_states(prompt.input_ids, representations)
+    assert shared.shape == expected.shape == (1, 226, 64)
+    torch.testing.assert_close(shared, expected, atol=1e-5, rtol=0)
+    assert ids == expected_ids
+    assert len(ids) == STATE_TOKENS_GENERATED
+
+
+def test_predict_computes_the_prefix_once(game_state):
+    """Same result through `predict`, with the history prefix run once instead of twice."""
+    turns, representations = history(2)
+    past = [(PastTurn(t.instruction, t.states), r)
+            for t, r in zip(turns, representations, strict=True)]
+    lengths: list[int] = []
+    hook = game_state.language_model.model.register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(
+            (kwargs.get("inputs_embeds") if kwargs.get("inputs_embeds") is not None
+             else kwargs["input_ids"]).shape[1]),
+        with_kwargs=True,
+    )
+    try:
+        game_state.shared_prefill = False
+        expected, expected_states = game_state.predict(past, "Qiqi happily fly")
+        two_pass = sum(lengths)
+        lengths.clear()
+        game_state.shared_prefill = True
+        shared, states = game_state.predict(past, "Qiqi happily fly")
+    finally:
+        game_state.shared_prefill = False
+        hook.remove()
+    torch.testing.assert_close(shared, expected, atol=1e-5, rtol=0)
+    assert states == expected_states
+    prompt_length = lengths[0] + lengths[1]
+    prefix = lengths[0]
+    assert lengths[1] == lengths[2] == prompt_length - prefix
+    assert sum(lengths) == two_pass - prefix
+
+
+def test_shared_prefill_moves_offloaded_weights_first(game_state, monkeypatch):
+    """Low-VRAM mode: the shared path calls the language model directly, not `forward`, so it
+    must run the offload hook itself before, and `predict` offloads after."""
+    events: list[str] = []
+    hook = SimpleNamespace(hook=SimpleNamespace(pre_forward=lambda model: events.append("on")),
+                           offload=lambda: events.append("off"))
+    monkeypatch.setattr(game_state, "_offload_hook", hook)
+    monkeypatch.setattr(game_state, "shared_prefill", True)
+    monkeypatch.setattr(game_state.language_model.model, "forward", _recording(
+        game_state.language_model.model.forward, events))
+    game_state.predict([], "Qiqi happily fly")
+    assert events[0] == "on" and events[-1] == "off"
+    assert events.count("on") == 1 and events.count("call") >= 3
+
+
+def _recording(forward, events: list[str]):
+    def wrapped(*args, **kwargs):
+        events.append("call")
+        return forward(*args, **kwargs)
+
+    return wrapped
+
+
+def test_presets_and_their_steps():
+    assert get_preset("quality").steps(50) == 50
+    assert get_preset("fast").steps(50) == FAST_STEPS
+    assert get_preset("fast").steps(8) == 8
+    assert get_preset("low-vram").offload and get_preset("low-vram").vae_tiling
+    assert not get_preset("quality").changes_models  # the engine leaves its models as loaded
+    assert get_preset("fast").changes_models and get_preset("low-vram").changes_models
+    with pytest.raises(ValueError, match="preset must be one of"):
+        get_preset("turbo")
+
+
+def test_settings_read_the_preset_and_compile():
+    settings = Settings.from_env({"ANIMEGAMER_PRESET": " Fast ", "ANIMEGAMER_COMPILE": "1"})
+    assert settings.preset == "fast" and settings.compile
+    assert Settings.from_env({}).preset == "quality" and not Settings.from_env({}).compile
+    with pytest.raises(SettingsError, match="ANIMEGAMER_PRESET"):
+        Settings.from_env({"ANIMEGAMER_PRESET": "turbo"})
+
+
+def test_fast_preset_stays_within_tolerance(decoder, game_state, representation, baseline):
+    try:
+        apply_preset(PRESETS["fast"], game_state, decoder)
+        assert decoder.transformer.is_cache_enabled and game_state.shared_prefill
+        torch.testing.assert_close(render(decoder, representation), baseline, atol=1e-6, rtol=0)
+        decoder.transformer.disable_cache()
+        decoder.transformer.enable_cache(FirstBlockCacheConfig(threshold=0.5))
+        computed: list[int] = []
+        hook = decoder.transformer.transformer_blocks[-1].ff.register_forward_pre_hook(
+            lambda *_: computed.append(1)
+        )
+        try:
+            cached = render(decoder, representation)
+        finally:
+            hook.remove()
+    finally:
+        apply_preset(PRESETS["quality"], game_state, decoder)
+    assert not decoder.transformer.is_cache_enabled and not game_state.shared_prefill
+    assert 0 < len(computed) < STEPS  # some steps reused the cached residual
+    assert (cached - baseline).abs().mean() <= 0.01
+
+
+def test_low_vram_preset_tiles_the_vae(decoder, game_state, representation, baseline):
+    try:
+        apply_preset(PRESETS["low-vram"], game_state, decoder)
+        vae = decoder.vae
+        assert vae.use_tiling and vae.use_slicing
+        for tile, factor in ((vae.tile_latent_min_height, vae.tile_overlap_factor_height),
+                             (vae.tile_latent_min_width, vae.tile_overlap_factor_width)):
+            assert tile * factor == pytest.approx(round(tile * factor))  # whole latent rows
+        tiled = render(decoder, representation)
+    finally:
+        apply_preset(PRESETS["quality"], game_state, decoder)
+    assert not decoder.vae.use_tiling
+    assert tiled.shape == baseline.shape
+    assert (tiled - baseline).abs().mean() <= 0.05
+
+
+def test_decoder_attention_is_sdpa_and_cfg_one_batch(decoder, game_state, representation):
+    backends = attention_backends(game_state, decoder)
+    assert backends == {"game_state": "sdpa", "decoder": ["CogVideoXAttnProcessor2_0"],
+                        "all_sdpa": True}
+    batches: list[int] = []
+    hook = decoder.transformer.register_forward_pre_hook(
+        lambda module, args, kwargs: batches.append(kwargs["hidden_states"].shape[0]),
+        with_kwargs=True,
+    )
+    try:
+        render(decoder, representation, steps=2)
+    finally:
+        hook.remove()
+    assert batches == [2, 2]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch._dynamo") is None, reason="no torch.compile")
+def test_regional_compile_keeps_the_output(representation):
+    pipeline = tiny_pipeline()
+    pipeline.set_progress_bar_config(disable=True)
+    expected = render(pipeline, representation, steps=2)
+    assert compile_transformer_blocks(pipeline.transformer, backend="eager") == 2
+    torch.testing.assert_close(render(pipeline, representation, steps=2), expected,
+                               atol=1e-5, rtol=0)
+
+
+def test_real_engine_applies_the_preset(tmp_path):
+    settings = Settings(engine="real", preset="fast", steps=50, output_dir=tmp_path / "out")
+    directory = build_preview_directory(tmp_path / "character")
+    engine = create_engine(settings, lambda name: directory, ["Qiqi"])
+    models = engine.models_for("Qiqi")
+    assert engine.kind == "real" and engine.num_inference_steps == FAST_STEPS
+    assert models.game_state.shared_prefill
+    assert models.decoder.transformer.is_cache_enabled
+
+
+def test_turn_benchmark_reports_every_preset_on_cpu(benchmark, tmp_path):
+    out = tmp_path / "turn.json"
+    assert benchmark.main(["--size", "tiny", "--turns", "2", "--warmup", "0", "--steps", "4",
+                           "--window", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["size"] == "tiny" and result["attention"]["all_sdpa"]
+    presets = result["presets"]
+    assert set(presets) == {"quality", "fast", "low-vram"}
+    for name, report in presets.items():
+        assert len(report["turns"]) == 2, name
+        assert report["peak_rss_mib"] > 0
+        for turn in report["turns"]:
+            assert len(turn["denoising_steps"]) == 4
+            stages = ("prompt", "representation", "state_generation", "vae_decode", "mp4_write")
+            assert all(turn[stage] > 0 for stage in stages)
+            assert turn["total"] >= sum(turn[stage] for stage in stages)
+            assert (turn["prefill"] > 0) == report["shared_prefill"]
+    assert presets["quality"]["clip_mean_abs_diff_vs_quality"] == 0.0
+    assert presets["fast"]["clip_mean_abs_diff_vs_quality"] < 1e-3
+    assert presets["low-vram"]["clip_mean_abs_diff_vs_quality"] < 0.05
+    assert not np.isnan(presets["fast"]["median_total_s"])
+
+
+def test_full_size_models_build_on_meta(benchmark):
+    models = benchmark.build_full("meta")
+    llm_params = sum(p.numel() for p in models.game_state.parameters())
+    dit_params = sum(p.numel() for p in models.decoder.transformer.parameters())
+    assert 7.2e9 < llm_params < 7.35e9  # Mistral-7B + 32284-id vocabulary + resamplers
+    assert 1.65e9 < dit_params < 1.72e9  # CogVideoX-2B
+    assert models.game_state.dtype == torch.bfloat16
+    assert models.decoder.transformer.dtype == torch.float16
