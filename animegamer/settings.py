@@ -50,7 +50,8 @@ class Settings:
     `steps` / `nano_steps` / `preview_steps`: diffusion steps of the real, the Nano and the
     preview decoder. `nano_dir`: the Nano world's character folder.
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
-    `zero_gpu`: running on a ZeroGPU Space (set by the platform).
+    `zero_gpu`: running on a ZeroGPU Space (set by the platform); `space_id`: the Space's
+    `owner/name` when running on Hugging Face Spaces (`SPACE_ID`, set by the platform).
     `preset`: the real engine's speed preset (`animegamer.speed`); `compile`: regional
     `torch.compile` of the decoder's transformer blocks.
     """
@@ -68,6 +69,7 @@ class Settings:
     cache_dir: Path = field(default_factory=lambda: default_cache_dir({}))
     resource_checks: bool = True
     zero_gpu: bool = False
+    space_id: str | None = None
     preset: str = "quality"
     compile: bool = False
 
@@ -94,6 +96,7 @@ class Settings:
             cache_dir=default_cache_dir(env),
             resource_checks=not _flag(env, "ANIMEGAMER_SKIP_RESOURCE_CHECK"),
             zero_gpu=_flag(env, "SPACES_ZERO_GPU"),
+            space_id=env.get("SPACE_ID") or None,
             preset=env.get("ANIMEGAMER_PRESET", defaults.preset).strip().lower(),
             compile=_flag(env, "ANIMEGAMER_COMPILE"),
         )

@@ -60,3 +60,14 @@ def test_named_endpoints_keep_their_names(preview_engine, tmp_path):
         "play", "parse", "undo", "restart", "character", "load", "save", "playthrough",
         "previous_game",
     } <= names
+
+
+def test_on_spaces_the_header_says_how_to_skip_the_queue(preview_engine):
+    from animegamer.ui.layout import header_html
+
+    assert "Duplicate this Space" not in header_html(preview_engine)
+    header = header_html(preview_engine, "someone/animegamer")
+    assert 'href="https://huggingface.co/spaces/someone/animegamer?duplicate=true"' in header
+    hostile = header_html(preview_engine, 'x/y" onmouseover="alert(1)')
+    assert "Duplicate this Space" not in hostile and "onmouseover" not in hostile
+    assert Settings.from_env({"SPACE_ID": "someone/animegamer"}).space_id == "someone/animegamer"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -75,11 +76,22 @@ def launch_options(registry: Registry, settings: Settings) -> dict[str, Any]:
     }
 
 
-def header_html(engine: Engine) -> str:
+SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def header_html(engine: Engine, space_id: str | None = None) -> str:
+    """The title, the engine's banner and, on Hugging Face Spaces, how to skip the queue."""
+    duplicate = ""
+    if space_id and SPACE_ID.match(space_id):
+        link = html.escape(f"https://huggingface.co/spaces/{space_id}?duplicate=true", quote=True)
+        duplicate = (
+            '<div class="ag-duplicate">Long queue? <a href="' + link + '" target="_blank" '
+            'rel="noopener">Duplicate this Space</a> to play on your own hardware.</div>'
+        )
     return (
         '<div class="ag-header"><h1>AnimeGamer</h1><span class="ag-tagline">Tell your anime '
         "character what to do, watch the clip, keep their stamina, social life and fun up."
-        f"</span></div>{banner_html(engine.kind, engine.notice)}"
+        f"</span></div>{banner_html(engine.kind, engine.notice)}{duplicate}"
     )
 
 
@@ -124,7 +136,7 @@ def build_app(
             time_to_live=SESSION_TTL_S,
             delete_callback=discard_game_files,
         )
-        gr.HTML(header_html(engine), elem_id="ag-top", padding=False)
+        gr.HTML(header_html(engine, settings.space_id), elem_id="ag-top", padding=False)
 
         with gr.Row(equal_height=False, elem_id="ag-main"):
             with gr.Column(scale=3, min_width=320, elem_id="ag-stage"):

@@ -17,6 +17,7 @@ CSS = f"""
 .ag-header {{ display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 14px; }}
 .ag-header h1 {{ margin: 0; font-size: 1.6rem; }}
 .ag-tagline {{ color: var(--body-text-color-subdued); }}
+.ag-duplicate {{ margin-top: 4px; font-size: 0.9em; color: var(--body-text-color-subdued); }}
 .ag-banner {{ margin-top: 6px; border: 1px solid {tint(AMBER, 55)}; background: {tint(AMBER, 12)};
   border-radius: 8px; padding: 4px 12px; color: var(--body-text-color); font-size: .92em; }}
 .ag-banner summary {{ cursor: pointer; min-height: 28px; line-height: 28px; }}
