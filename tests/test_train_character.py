@@ -28,7 +28,8 @@ def phase_outputs(tmp_path_factory):
     pipeline.save_pretrained(root / "decoder")
     for phase, losses in (("game_state", [2.0, 1.5]), ("decoder", [0.9, 0.4])):
         (root / phase / "losses.jsonl").write_text(
-            "".join(json.dumps({"step": i * 10, "loss": v}) + "\n" for i, v in enumerate(losses))
+            "".join(json.dumps({"step": 10 * (i + 1), "loss": v}) + "\n"
+                    for i, v in enumerate(losses))
         )
     return root
 
@@ -45,7 +46,7 @@ def test_the_assembled_folder_is_a_character_the_engine_plays(phase_outputs, tmp
     check_layout(out)
     assert read_manifest(out)["character"] == "Nano"
     card = (out / "README.md").read_text()
-    assert "| decoder | 11 | 0.9000 | 0.4000 |" in card and "| CLIP-I | 0.5000 |" in card
+    assert "| decoder | 20 | 0.9000 | 0.4000 |" in card and "| CLIP-I | 0.5000 |" in card
     assert not (tmp_path / "nano.partial").exists()
     assert AnimeGamerPipeline.from_pretrained(out).shot_encoder is not None
 

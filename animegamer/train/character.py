@@ -77,7 +77,8 @@ def _digest(recipe: Mapping[str, Any]) -> str:
 
 
 def read_losses(folder: Path) -> list[dict[str, float]]:
-    """The loss records a phase wrote (`{"step": …, "loss": …, …}` per line)."""
+    """The loss records a phase wrote (`{"step": …, "loss": …, …}` per line, steps counted
+    from 1)."""
     path = Path(folder) / LOSS_LOG
     if not path.is_file():
         return []
@@ -90,7 +91,7 @@ def _loss_rows(phase_dirs: Mapping[str, Path]) -> str:
         losses = read_losses(folder)
         if losses:
             head, tail = losses[0], losses[-1]
-            rows.append(f"| {phase} | {int(tail['step']) + 1} | {head['loss']:.4f} | "
+            rows.append(f"| {phase} | {int(tail['step'])} | {head['loss']:.4f} | "
                         f"{tail['loss']:.4f} |")
     if not rows:
         return "No loss records were found.\n"

@@ -96,7 +96,8 @@ def train_vae(
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
             if step % recipe.log_every == 0 or step == steps - 1:
-                log.write(json.dumps({"step": step, "loss": loss.item(), "l1": l1.item()}) + "\n")
+                record = {"step": step + 1, "loss": loss.item(), "l1": l1.item()}
+                log.write(json.dumps(record) + "\n")
                 log.flush()
                 progress.set_postfix(l1=f"{l1.item():.4f}")
     vae.eval()
