@@ -42,6 +42,8 @@ def test_all_trains_every_phase_and_assembles_a_character(trained, tmp_path):
     check_layout(character)
     assert read_manifest(character)["character"] == "Qiqi"
     card = (character / "README.md").read_text()
+    written = card + "".join(p.read_text() for p in character.rglob("*.json"))
+    assert str(trained) not in written  # no path of the training machine
     for phase in ("vae", "decoder", "game_state", "adapt"):
         assert f"| {phase} |" in card
     # the decoder was built on the VAE trained first

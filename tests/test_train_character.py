@@ -36,7 +36,7 @@ def phase_outputs(tmp_path_factory):
 
 def test_the_assembled_folder_is_a_character_the_engine_plays(phase_outputs, tmp_path):
     summary = TrainingSummary(
-        dataset="datasets/nano", recipe={"decoder": {"lr": 1e-4}},
+        dataset=str(tmp_path / "datasets" / "nano"), recipe={"decoder": {"lr": 1e-4}},
         phase_dirs={"game_state": phase_outputs / "game_state",
                     "decoder": phase_outputs / "decoder"},
         metrics={"CLIP-I": 0.5},
@@ -44,7 +44,12 @@ def test_the_assembled_folder_is_a_character_the_engine_plays(phase_outputs, tmp
     out = assemble_character(tmp_path / "nano", "Nano", phase_outputs / "game_state",
                              phase_outputs / "decoder", summary)
     check_layout(out)
-    assert read_manifest(out)["character"] == "Nano"
+    manifest = read_manifest(out)
+    assert manifest["character"] == "Nano"
+    # no path of the training machine in what may be published
+    assert manifest["sources"]["dataset"]["path"] == "nano"
+    assert str(tmp_path) not in "".join(p.read_text() for p in out.rglob("*.json"))
+    assert str(tmp_path) not in (out / "README.md").read_text()
     card = (out / "README.md").read_text()
     assert "| decoder | 20 | 0.9000 | 0.4000 |" in card and "| CLIP-I | 0.5000 |" in card
     assert not (tmp_path / "nano.partial").exists()

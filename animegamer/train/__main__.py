@@ -264,7 +264,8 @@ def run(args: argparse.Namespace) -> None:
         )
         _report(accelerator, "adapt", result)
         if args.command == "all" and result is not None and accelerator.is_main_process:
-            character = assemble(args, recipe, game_state)
+            # the card shows the recipe as written, not with the VAE path this run filled in
+            character = assemble(args, load_recipe(*args.config), game_state)
             _report(accelerator, "character", character)
             if args.push_to_hub:
                 from animegamer.convert.character import publish

@@ -55,8 +55,11 @@ def assemble_character(
                           (Path(decoder_dir), DECODER_PARTS)):
         for part in parts:
             _copy(source / part, staging / part)
+    for config in staging.rglob("config.json"):
+        _drop_load_path(config)
     write_model_index(staging)
-    sources = {"dataset": {"path": summary.dataset}, "recipe": {"digest": _digest(summary.recipe)}}
+    sources = {"dataset": {"path": portable_path(summary.dataset)},
+               "recipe": {"digest": _digest(summary.recipe)}}
     write_manifest(staging, name, sources)
     (staging / CARD_NAME).write_text(model_card(name, summary), encoding="utf-8")
     check_layout(staging)
@@ -70,6 +73,20 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copytree(source, target)
     elif source.is_file():
         shutil.copy2(source, target)
+
+
+def _drop_load_path(config: Path) -> None:
+    """Remove `_name_or_path`, which diffusers writes as the folder a model was loaded from: a
+    path on the training machine, meaningless (and private) in a published folder."""
+    data = json.loads(config.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and data.pop("_name_or_path", None) is not None:
+        config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def portable_path(path: str) -> str:
+    """`path` as the card and manifest show it: relative paths as given, absolute ones by their
+    folder name (the training machine's layout is nobody else's)."""
+    return Path(path).name if Path(path).is_absolute() else path
 
 
 def _digest(recipe: Mapping[str, Any]) -> str:
@@ -107,6 +124,7 @@ def model_card(name: str, summary: TrainingSummary) -> str:
         if summary.metrics else "Not evaluated yet (`python -m animegamer.evaluate`).\n"
     )
     recipe = json.dumps(summary.recipe, indent=2, sort_keys=True, default=str)
+    dataset = portable_path(summary.dataset)
     return f"""---
 tags: [animegamer, video-generation]
 ---
@@ -114,7 +132,7 @@ tags: [animegamer, video-generation]
 # AnimeGamer — {name} (trained with this project)
 
 A character for the AnimeGamer Space (arXiv 2504.01014), trained by
-`python -m animegamer.train` on the dataset `{summary.dataset}`. The folder has the layout of a
+`python -m animegamer.train` on the dataset `{dataset}`. The folder has the layout of a
 converted release (`llm/`, `resamplers.safetensors`, `tokenizer/`, `transformer/`,
 `shot_encoder/`, `vae/`, `scheduler/`, `model_index.json`, `animegamer.json`): register it in
 `assets/characters.yaml` under `weights.converted` (a local folder or a Hub repo) and the Space
