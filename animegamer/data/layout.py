@@ -1,13 +1,16 @@
 """Where everything lives in a dataset folder, and the ids of videos and shots.
 
-    DATASET/README.md             dataset card (its YAML tells `datasets` where the splits are)
-    DATASET/data/{split}-00000-of-00001.parquet    one row per shot
-    DATASET/clips/<video id>/<shot id>.mp4         the shots (paths in rows are relative)
-    DATASET/features/<video id>/<shot id>.safetensors
-    DATASET/reference.<ext>        the character's reference image
-    DATASET/levels.json            the fitted motion levels (`MotionLevels.to_dict`)
-    DATASET/report.json            what each stage did, and every skip with its reason
-    DATASET/work/                  the build's records (what makes a rerun resume)
+Inside the dataset folder:
+
+    README.md                              dataset card (its YAML tells `datasets` where the
+                                           splits are)
+    data/{split}-00000-of-00001.parquet    one row per shot
+    clips/<video id>/<shot id>.mp4         the shots (paths in rows are relative)
+    features/<video id>/<shot id>.safetensors
+    reference.<ext>                        the character's reference image
+    levels.json                            the fitted motion levels (`MotionLevels.to_dict`)
+    report.json                            what each stage did, and every skip with its reason
+    work/                                  the build's records (what makes a rerun resume)
 """
 
 from __future__ import annotations
