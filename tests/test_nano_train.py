@@ -45,3 +45,17 @@ def test_install_refuses_an_incomplete_folder(tmp_path, capsys):
     assert not (tmp_path / "target").exists()
     assert nano_cli.main(["world", "--out", str(tmp_path / "w"), "--shots", "0"]) == 2
     assert "--shots" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", [nano_cli.NANO_RECIPE, nano_cli.QUICK_RECIPE])
+def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_use_a_4x_vae(path):
+    from animegamer.nano.vocabulary import world_words
+    from animegamer.train.game_state_phase import GameStateRecipe
+    from animegamer.train.recipe import load_recipe
+
+    recipe = load_recipe(path)
+    game_state = GameStateRecipe.model_validate(recipe.game_state)
+    assert game_state.init.tiny.words == world_words()
+    assert len(recipe.vae.block_out_channels) == 3
+    assert recipe.vae.train_crop == (32, 48) and recipe.vae.motion_weight > 0
+    assert recipe.decoder.init.tiny.patch_size == 2

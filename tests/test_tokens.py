@@ -94,6 +94,21 @@ def test_tiny_tokenizer_is_fast_and_complete(tiny_tokenizer) -> None:
     assert ids[0] == TURN_ID and not tiny_tokenizer.convert_ids_to_tokens(ids[1]).startswith("▁")
 
 
+def test_whole_word_tokens_keep_the_id_layout() -> None:
+    plain = build_tiny_tokenizer()
+    worded = build_tiny_tokenizer(("carefully", "fly", "Qiqi"))
+    text = "Character: Qiqi; Motion: carefully fly; Background: day forest."
+    assert len(worded) == len(plain) == VOCAB_SIZE
+    assert worded.convert_ids_to_tokens(worded.encode(text, add_special_tokens=False))[9:15] == [
+        ":", "▁Qiqi", ";", "▁M", "o", "t"]
+    tokens = worded.tokenize("carefully fly flying")
+    assert tokens == ["▁carefully", "▁fly", "▁fly", "i", "n", "g"]
+    assert len(plain.tokenize("carefully fly")) == 12
+    assert worded.convert_tokens_to_ids("<ML>") == plain.convert_tokens_to_ids("<ML>")
+    with pytest.raises(ValueError, match="ASCII letters"):
+        build_tiny_tokenizer(("lie down",))
+
+
 def test_block_strings_encode_to_builder_ids(tiny_tokenizer) -> None:
     frames = "".join(f"<frame_{i:05d}>" for i in range(REPRESENTATION_TOKENS))
     video = tiny_tokenizer.encode(f"<img><frame>{frames}</frame></img>", add_special_tokens=False)

@@ -122,6 +122,31 @@ def _tiny_model(dataset: Path) -> decoder_phase.ConditionedDecoder:
     return decoder_phase.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
 
 
+@pytest.mark.parametrize(("levels", "patch", "tokens"), [(4, 2, (4, 6)), (3, 2, (8, 12)),
+                                                          (3, 4, (4, 6))])
+def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
+    dataset: Path, tmp_path: Path, levels: int, patch: int, tokens: tuple[int, int]
+) -> None:
+    from animegamer.train.vae import VaeRecipe, build_vae
+
+    channels = (4, 8, 8, 8)[:levels]
+    build_vae(VaeRecipe(block_out_channels=channels, norm_num_groups=2), 64, 96).save_pretrained(
+        tmp_path / "vae")
+    sizes = TinyInit(vae=tmp_path / "vae", patch_size=patch)
+    pipeline = decoder_phase.tiny_training_pipeline(sizes, 32, 32, levels_of(dataset))
+    config = pipeline.transformer.config
+    latent = (64 // 2 ** (levels - 1), 96 // 2 ** (levels - 1))
+    assert (config.sample_height, config.sample_width) == latent
+    assert (latent[0] // config.patch_size, latent[1] // config.patch_size) == tokens
+    shape = pipeline.latent_shape()
+    assert shape[-2:] == latent
+    encoded = pipeline.vae.encode(torch.zeros(1, 3, 17, 64, 96)).latent_dist.mean
+    assert tuple(encoded.shape[-2:]) == latent
+    with pytest.raises(decoder_phase.TrainError, match="3-patches"):
+        decoder_phase.tiny_training_pipeline(TinyInit(vae=tmp_path / "vae", patch_size=3), 32, 32,
+                                             levels_of(dataset))
+
+
 def test_trainable_sets_of_each_stage(dataset: Path) -> None:
     model = _tiny_model(dataset)
     encoder = {f"shot_encoder.{n}" for n, _ in model.shot_encoder.named_parameters()}

@@ -41,6 +41,36 @@ def test_training_lowers_the_reconstruction_error_and_saves_a_loadable_vae(datas
     assert tuple(latent.shape) == (1, 16, 5, 8, 12)  # 8x space, 4x time: the decoder's layout
 
 
+def test_three_levels_compress_space_4x_and_crops_train_the_whole_frame(dataset, tmp_path):
+    recipe = VaeRecipe(steps=3, train_frames=9, train_crop=(32, 48),
+                       **dict(TINY, block_out_channels=(4, 8, 8)))
+    vae = train_vae(dataset, tmp_path / "vae", recipe)
+    clip = moving_square(3, 64, 96, (200, 60, 40))
+    latent = vae.encode(clip_tensor(clip)[None]).latent_dist.mean
+    assert tuple(latent.shape) == (1, 16, 5, 16, 24)
+    assert tuple(vae.decode(latent).sample.shape) == (1, 3, 17, 64, 96)
+
+
+def test_crops_lie_on_the_8_pixel_grid_inside_the_clip():
+    import random
+
+    import torch
+
+    from animegamer.train.vae import _crop
+
+    clip = torch.arange(64 * 96, dtype=torch.float32).reshape(1, 1, 64, 96).expand(3, 9, 64, 96)
+    rng = random.Random(0)
+    corners = set()
+    for _ in range(50):
+        crop = _crop(clip, (32, 48), rng)
+        assert tuple(crop.shape) == (3, 9, 32, 48)
+        top, left = divmod(int(crop[0, 0, 0, 0]), 96)
+        assert top % 8 == 0 and left % 8 == 0
+        corners.add((top, left))
+    assert len(corners) > 5
+    assert _crop(clip, None, rng) is clip
+
+
 def test_recipe_and_sizes_are_checked():
     with pytest.raises(ValueError, match="steps"):
         VaeRecipe(steps=0)
@@ -50,3 +80,7 @@ def test_recipe_and_sizes_are_checked():
         VaeRecipe(colour=1)
     with pytest.raises(ValueError, match="multiples of 8"):
         build_vae(VaeRecipe(), 60, 96)
+    with pytest.raises(ValueError, match="3 levels"):
+        VaeRecipe(block_out_channels=(8, 16))
+    with pytest.raises(ValueError, match="multiples of 8"):
+        VaeRecipe(train_crop=(30, 48))

@@ -50,8 +50,8 @@ from animegamer.evaluate.metrics import TurnScorer
 from animegamer.evaluate.report import compare, write_report
 from animegamer.hub import HubError
 from animegamer.nano import NANO_NAME
-from animegamer.nano.probes import CHARACTERS as NANO_CHARACTERS
 from animegamer.nano.probes import NanoProbes
+from animegamer.nano.vocabulary import CHARACTERS as NANO_CHARACTERS
 from animegamer.settings import Settings, SettingsError
 
 EXIT_ERROR = 2

@@ -2,12 +2,15 @@
 
 For tests and the preview engine; they need no download and no `../shared`. The tiny tokenizer
 is a character-level byte-fallback BPE with exactly 32000 base ids (`<unk>` 0, `<s>` 1, `</s>` 2)
-run through the same `add_animegamer_tokens` as the real one.
+run through the same `add_animegamer_tokens` as the real one. A small world's model may make its
+vocabulary whole-word tokens (`words`), as a real LLM's BPE has its common words: a tiny model
+then reads a word from one embedding instead of composing it from letters.
 """
 
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,27 +42,43 @@ _LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")
 BASE_KEY_STYLES = ("base_layer", "plain", "absent")
 
 
-def tiny_mistral_config(vocab_size: int = VOCAB_SIZE) -> MistralConfig:
-    """The tiny Mistral architecture (2 layers, hidden 64, 4 heads, 2 KV heads)."""
-    return MistralConfig(vocab_size=vocab_size, **TINY_ARCHITECTURE)
+def tiny_mistral_config(vocab_size: int = VOCAB_SIZE, hidden_size: int = 64,
+                        num_hidden_layers: int = 2) -> MistralConfig:
+    """The tiny Mistral architecture (default: 2 layers, hidden 64, 4 heads, 2 KV heads); a
+    wider one keeps heads of 16 and an MLP twice the width."""
+    architecture = dict(TINY_ARCHITECTURE, hidden_size=hidden_size,
+                        intermediate_size=2 * hidden_size, num_hidden_layers=num_hidden_layers,
+                        num_attention_heads=hidden_size // 16,
+                        num_key_value_heads=max(1, hidden_size // 32))
+    return MistralConfig(vocab_size=vocab_size, **architecture)
 
 
-def build_tiny_base_tokenizer() -> LlamaTokenizer:
-    """A 32000-id Llama-style tokenizer: bytes, printable characters, `▁`+letter, fillers."""
+def build_tiny_base_tokenizer(words: Sequence[str] = ()) -> LlamaTokenizer:
+    """A 32000-id Llama-style tokenizer: bytes, printable characters, `▁`+letter, `▁`+each of
+    `words` (ASCII letters; built by a chain of merges, one letter at a time), fillers."""
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
     for char in ["▁", *string.ascii_letters, *string.digits, *string.punctuation]:
         vocab.setdefault(char, len(vocab))
     merges = [("▁", letter) for letter in string.ascii_letters]
     vocab.update({a + b: len(vocab) + i for i, (a, b) in enumerate(merges)})
+    for word in words:
+        if not word.isascii() or not word.isalpha():
+            raise ValueError(f"{word!r}: whole-word tokens are ASCII letters only")
+        piece = "▁" + word[0]
+        for letter in word[1:]:
+            if (piece, letter) not in merges:
+                merges.append((piece, letter))
+            piece += letter
+            vocab.setdefault(piece, len(vocab))
     filler = BASE_VOCAB_SIZE - len(vocab)
     vocab.update({f"▁unused{i}": len(vocab) + i for i in range(filler)})
     return LlamaTokenizer(vocab=vocab, merges=merges)
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(words: Sequence[str] = ()) -> PreTrainedTokenizerFast:
     """The tiny base tokenizer plus the 284 AnimeGamer tokens at ids 32000..32283."""
-    return add_animegamer_tokens(build_tiny_base_tokenizer())
+    return add_animegamer_tokens(build_tiny_base_tokenizer(words))
 
 
 def _seeded_model(config: MistralConfig, seed: int) -> MistralForCausalLM:
@@ -78,10 +97,12 @@ def _resampler_tensors(hidden: int, representation_dim: int, seed: int) -> dict[
 
 
 def tiny_game_state_model(representation_dim: int = 64, seed: int = 0,
-                          **config: Any) -> GameStateModel:
-    """A random game-state model with the tiny tokenizer, in memory; `config` sets
-    `GameStateConfig` fields (e.g. `representation_source`)."""
-    llm = _seeded_model(tiny_mistral_config(), seed)
+                          words: Sequence[str] = (), hidden_size: int = 64,
+                          num_hidden_layers: int = 2, **config: Any) -> GameStateModel:
+    """A random game-state model with the tiny tokenizer (`words` as whole-word tokens), in
+    memory; `config` sets `GameStateConfig` fields (e.g. `representation_source`)."""
+    llm = _seeded_model(tiny_mistral_config(hidden_size=hidden_size,
+                                            num_hidden_layers=num_hidden_layers), seed)
     with torch.random.fork_rng(devices=[]):
         model = GameStateModel(
             GameStateConfig(text_config=llm.config, representation_dim=representation_dim,
@@ -89,7 +110,7 @@ def tiny_game_state_model(representation_dim: int = 64, seed: int = 0,
             language_model=llm,
         )
     model.load_resamplers(_resampler_tensors(llm.config.hidden_size, representation_dim, seed))
-    model.tokenizer = build_tiny_tokenizer()
+    model.tokenizer = build_tiny_tokenizer(words)
     return model.eval()
 
 

@@ -48,7 +48,7 @@ from animegamer.nano.sprites import (
     SOSUKE,
     WHEEL,
 )
-from animegamer.nano.vocabulary import NANO_VOCABULARY, PLACES, TIMES, TimeSpec
+from animegamer.nano.vocabulary import CHARACTERS, NANO_VOCABULARY, PLACES, TIMES, TimeSpec
 from animegamer.nano.world import FRIEND_SIDE
 
 PROBES = ("time", "place", "character", "motion")
@@ -65,7 +65,6 @@ MOTION_CLASSES: dict[str, tuple[str, ...]] = {
 differ by speed, which the adverb also sets; the motions done on the spot differ by an arm,
 the head or the mouth, too small to tell apart at 64×96."""
 MOTION_CLASS_OF = {motion: name for name, motions in MOTION_CLASSES.items() for motion in motions}
-CHARACTERS = ("Qiqi", "Sosuke")
 RGB = tuple[int, int, int]
 NEUTRAL = "neutral"
 

@@ -189,6 +189,21 @@ class NanoVocabulary:
         return next((p for p in PLACES if p.name == name), None)
 
 
+CHARACTERS = ("Qiqi", "Sosuke")
+"""Who lives in the world (the registry's characters, drawn by `sprites`)."""
+TEMPLATE_WORDS = ("Motion", "Background")
+"""Words of the instruction template (`game.Instruction`) that follow a space."""
+
+
+def world_words() -> tuple[str, ...]:
+    """Every word of the world's phrases, characters and template, sorted: the whole-word
+    tokens of the Nano game-state model's tokenizer (recipes/nano.yaml lists them)."""
+    phrases = [*CHARACTERS, *TEMPLATE_WORDS, *(a.name for a in ADVERBS), *(t.name for t in TIMES),
+               *(w for motion in MOTIONS for w in motion.words),
+               *(w for place in PLACES for w in place.words)]
+    return tuple(sorted({word for phrase in phrases for word in phrase.split()}))
+
+
 NANO_VOCABULARY = NanoVocabulary(
     motions=tuple(m.name for m in MOTIONS),
     adverbs=tuple(a.name for a in ADVERBS),

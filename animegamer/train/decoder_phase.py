@@ -33,7 +33,7 @@ from animegamer.models.decoder import (
     scheduler_config,
 )
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
-from animegamer.models.tiny_decoder import tiny_transformer_config, tiny_vae
+from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.train.loop import (
     CHECKPOINTS,
     LoopSettings,
@@ -219,7 +219,13 @@ def tiny_training_pipeline(
     """Fresh random tiny models: a transformer of `sizes`, `tiny_vae()` (or the trained VAE at
     `sizes.vae`), a shot encoder from the dataset's feature widths."""
     config = tiny_transformer_config(sizes.representation_dim)
-    config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values))
+    height, width = (latent_size(AutoencoderKLCogVideoX.load_config(sizes.vae)) if sizes.vae
+                     else TINY_LATENT_SIZE)
+    if height % sizes.patch_size or width % sizes.patch_size:
+        raise TrainError(f"a {height}x{width} latent is not a whole number of "
+                         f"{sizes.patch_size}-patches")
+    config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values),
+                  sample_height=height, sample_width=width, patch_size=sizes.patch_size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
         transformer = AnimeGamerTransformer3DModel(**config)
@@ -229,6 +235,13 @@ def tiny_training_pipeline(
         )
     scheduler = CogVideoXDPMScheduler(**scheduler_config())
     return AnimeGamerPipeline(transformer, vae, scheduler, shot_encoder=encoder)
+
+
+def latent_size(vae_config: dict) -> tuple[int, int]:
+    """[height, width] of a CogVideoX VAE's latent for clips of its sample size: every level
+    but the last halves space."""
+    factor = 2 ** (len(vae_config["block_out_channels"]) - 1)
+    return vae_config["sample_height"] // factor, vae_config["sample_width"] // factor
 
 
 def load_pipeline(folder: Path) -> AnimeGamerPipeline:

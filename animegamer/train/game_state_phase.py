@@ -126,6 +126,11 @@ class BaseLLMInit(_Strict):
 
 class TinySpec(_Strict):
     seed: int = 0
+    hidden_size: int = Field(64, ge=16, multiple_of=32)
+    num_hidden_layers: int = Field(2, ge=1)
+    words: tuple[str, ...] = ()
+    """Whole-word tokens of the tokenizer (`build_tiny_base_tokenizer`): a small world's
+    vocabulary, so that the model reads each of its words from one token."""
 
 
 class TinyInit(_Strict):
@@ -289,6 +294,8 @@ def build_game_state_model(init: CharacterInit | BaseLLMInit | TinyInit,
         from animegamer.models.tiny_game_state import tiny_game_state_model
 
         model = tiny_game_state_model(representation_dim, seed=init.tiny.seed,
+                                      words=init.tiny.words, hidden_size=init.tiny.hidden_size,
+                                      num_hidden_layers=init.tiny.num_hidden_layers,
                                       representation_source="queries")
     return model
 

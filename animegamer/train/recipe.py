@@ -42,7 +42,8 @@ class VaeRecipe(_Section):
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(2, ge=1)
     kl_weight: float = Field(1e-6, ge=0)
-    block_out_channels: tuple[int, int, int, int] = (8, 16, 16, 32)
+    block_out_channels: tuple[int, ...] = (8, 16, 16, 32)
+    """One entry per level; every level but the last halves space (4 levels: 8×, 3: 4×)."""
     layers_per_block: int = Field(1, ge=1)
     norm_num_groups: int = Field(4, ge=1)
     latent_channels: int = Field(16, ge=1)
@@ -50,10 +51,31 @@ class VaeRecipe(_Section):
     """Frames of the window cut from each clip per step, 8k+1 (an odd number of latent frames:
     CogVideoX's VAE decodes them in pairs after a first group of three); fewer than the clip's
     make a step cheaper, the convolutions being the same."""
+    train_crop: tuple[int, int] | None = None
+    """[height, width] of a random crop of each window per step (multiples of 8), or the
+    whole frame. The VAE is convolutional, so crops teach it the same filters for less compute."""
+    motion_weight: float = Field(0.0, ge=0)
+    """Extra weight of the L1 on pixels that move (`vae.reconstruction_weights`): 0 weighs every
+    pixel alike; a small world's characters cover a few percent of the frame and would be the
+    last thing a plain L1 learns."""
     scale_samples: int = Field(32, ge=1)
     """Clips whose latents set the scaling factor."""
     seed: int = 0
     log_every: int = Field(50, ge=1)
+
+    @field_validator("block_out_channels")
+    @classmethod
+    def _three_or_four_levels(cls, channels: tuple[int, ...]) -> tuple[int, ...]:
+        if len(channels) not in (3, 4):
+            raise ValueError("give 3 levels (4× in space) or 4 levels (8×)")
+        return channels
+
+    @field_validator("train_crop")
+    @classmethod
+    def _crop_of_whole_latents(cls, crop: tuple[int, int] | None) -> tuple[int, int] | None:
+        if crop is not None and (crop[0] % 8 or crop[1] % 8 or min(crop) <= 0):
+            raise ValueError("[height, width]: positive multiples of 8")
+        return crop
 
     @field_validator("train_frames")
     @classmethod
@@ -70,6 +92,9 @@ class TinyInit(_Section):
 
     representation_dim: int = Field(default=64, gt=0, multiple_of=32)
     num_layers: int = Field(default=2, gt=0)
+    patch_size: int = Field(default=2, gt=0)
+    """Latent pixels per token side; the latent's size follows from the VAE (its sample size
+    over its spatial compression) and must be a multiple of it."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE

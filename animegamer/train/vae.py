@@ -1,11 +1,12 @@
 """A small video VAE of CogVideoX's family (`AutoencoderKLCogVideoX`), trained on a dataset's clips.
 
 Real characters use CogVideoX-2B's VAE as it is (frozen, DESIGN §11). A small world whose clips
-are tiny (the Nano world: 17 frames of 64×96) needs a VAE of its own with the same compression
-(8× in space, 4× in time: 17 frames → 5 latent frames) so that the decoder's latent layout is the
-real one. Loss: L1 reconstruction + a small KL term; at the end the latent scaling factor is set
-to 1/std of the latents (as Stable Diffusion's and CogVideoX's were), so the decoder sees
-unit-variance latents.
+are tiny (the Nano world: 17 frames of 64×96) needs a VAE of its own with the same layout
+(4× in time: 17 frames → 5 latent frames; 8× in space as the real one with 4 levels, or 4× with
+3, which keeps a 64×96 world's small sprites legible in a 16×24 latent). Loss: L1
+reconstruction (moving pixels optionally weighted up, `reconstruction_weights`) + a small KL
+term; at the end the latent scaling factor is set to 1/std of the latents (as Stable
+Diffusion's and CogVideoX's were), so the decoder sees unit-variance latents.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def build_vae(recipe: VaeRecipe, height: int, width: int) -> AutoencoderKLCogVid
     """A fresh VAE for clips of `height`×`width` (multiples of 8)."""
     if height % 8 or width % 8:
         raise ValueError(f"clips of {height}x{width}: the VAE needs multiples of 8")
+    levels = len(recipe.block_out_channels)
     return AutoencoderKLCogVideoX(
+        down_block_types=("CogVideoXDownBlock3D",) * levels,
+        up_block_types=("CogVideoXUpBlock3D",) * levels,
         block_out_channels=recipe.block_out_channels,
         layers_per_block=recipe.layers_per_block,
         norm_num_groups=recipe.norm_num_groups,
@@ -85,11 +89,12 @@ def train_vae(
     ) as progress:
         for step in progress:
             picked = rng.sample(range(len(paths)), min(recipe.batch_size, len(paths)))
-            batch = torch.stack([_window(clip_tensor(clips(i)), recipe.train_frames, rng)
-                                 for i in picked])
+            batch = torch.stack([_crop(_window(clip_tensor(clips(i)), recipe.train_frames, rng),
+                                       recipe.train_crop, rng) for i in picked])
             posterior = vae.encode(batch).latent_dist
             reconstruction = vae.decode(posterior.sample()).sample
-            l1 = (reconstruction - batch).abs().mean()
+            weights = reconstruction_weights(batch, recipe.motion_weight)
+            l1 = ((reconstruction - batch).abs() * weights).sum() / (weights.sum() * 3)
             loss = l1 + recipe.kl_weight * posterior.kl().mean()
             loss.backward()
             optimizer.step()
@@ -121,6 +126,26 @@ def _window(clip: torch.Tensor, frames: int, rng: random.Random) -> torch.Tensor
         return clip
     start = rng.randrange(clip.shape[1] - frames + 1)
     return clip[:, start:start + frames]
+
+
+def reconstruction_weights(clips: torch.Tensor, motion_weight: float) -> torch.Tensor:
+    """Per-pixel weights [B, 1, F, H, W] of the L1 for clips [B, 3, F, H, W] in [-1, 1]:
+    1 + `motion_weight` × how far the pixel is from its mean over the window (any channel,
+    saturating at a quarter of the range), so what moves (a character, its limbs) counts as
+    much as the static background it stands on."""
+    moving = (clips - clips.mean(dim=2, keepdim=True)).abs().amax(dim=1, keepdim=True)
+    return 1.0 + motion_weight * (moving / 0.5).clamp(max=1.0)
+
+
+def _crop(clip: torch.Tensor, size: tuple[int, int] | None, rng: random.Random) -> torch.Tensor:
+    """A random `size` [height, width] crop of a clip [3, F, H, W] on the 8-pixel grid (the
+    whole clip when `size` is None or not smaller)."""
+    if size is None:
+        return clip
+    height, width = min(size[0], clip.shape[2]), min(size[1], clip.shape[3])
+    top = 8 * rng.randrange((clip.shape[2] - height) // 8 + 1)
+    left = 8 * rng.randrange((clip.shape[3] - width) // 8 + 1)
+    return clip[:, :, top:top + height, left:left + width]
 
 
 @torch.no_grad()
