@@ -37,6 +37,7 @@ from animegamer.evaluate.metrics import (
     parse_judge_answer,
     sample_indices,
     state_errors,
+    state_sign_accuracy,
 )
 from animegamer.evaluate.report import worst_turns, write_report
 from animegamer.game import GameStates, make_instruction
@@ -93,6 +94,10 @@ def test_level_and_state_errors():
     assert level_errors(1, 4) == (0.0, 3.0)
     assert state_errors((1, 0, -1), (1, 2, -1)) == pytest.approx((2 / 3, 2 / 3))
     assert state_errors((0, 0, 0), (0, 0, 0)) == (1.0, 0.0)
+    assert state_sign_accuracy((2, 0, -1), (1, 1, -5)) == pytest.approx(2 / 3)
+    assert state_sign_accuracy((0, 3, -2), (0, 1, -1)) == 1.0
+    with pytest.raises(ValueError):
+        state_sign_accuracy((1,), (1, 0))
     with pytest.raises(ValueError):
         state_errors((1, 2), (1, 2, 3))
 
@@ -331,9 +336,20 @@ def test_dataset_games_are_teacher_forced(preview_engine, clip, tiny_dataset, tm
         predicted, [(1, 0, 0), (0, 1, -2), (0, 0, 1)], strict=True)]
     for record, (acc, mae) in zip(records, expected, strict=True):
         assert (record["acc_s"], record["mae_s"]) == (pytest.approx(acc), pytest.approx(mae))
+    signs = [state_sign_accuracy(p, t) for p, t in zip(
+        predicted, [(1, 0, 0), (0, 1, -2), (0, 0, 1)], strict=True)]
+    assert [r["acc_s_sign"] for r in records] == pytest.approx(signs)
     assert all((tmp_path / r["truth_frames"]).is_file() for r in records)
     write_report(tmp_path, records, {"character": "Nano"})
     assert "ground truth" in (tmp_path / "report.html").read_text()
+    from PIL import Image
+
+    grid = Image.open(tmp_path / "grid.png")
+    strip = Image.open(tmp_path / records[0]["generated_frames"])
+    assert grid.size == (300 + strip.width, strip.height * len(records))
+    row = np.asarray(grid.convert("RGB"))[: strip.height]
+    assert np.array_equal(row[:, 300:], np.asarray(strip.convert("RGB")))
+    assert (row[:, :300] < 128).any()  # the instruction is written beside its frames
 
 
 def test_compare_writes_both_reports_side_by_side(json_run, tmp_path):

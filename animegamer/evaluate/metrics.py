@@ -72,6 +72,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Share of predicted state deltas (social, entertainment, stamina) equal to the "
                "target deltas (dataset games, or benchmark turns that give targets).",
                (0.6773, 0.6779)),
+    MetricSpec("acc_s_sign", "ACC-S (sign)", "state update", True,
+               "Share of predicted state deltas whose direction (down, none, up) is the target's: "
+               "whether the game moves each gauge the right way."),
     MetricSpec("mae_s", "MAE-S", "state update", False,
                "Mean absolute difference between the predicted and the target state deltas.",
                (0.5872, 0.5888)),
@@ -160,6 +163,14 @@ def state_errors(predicted: Sequence[int], target: Sequence[int]) -> tuple[float
     pairs = list(zip(predicted, target, strict=True))
     return (sum(p == t for p, t in pairs) / len(pairs),
             sum(abs(p - t) for p, t in pairs) / len(pairs))
+
+
+def state_sign_accuracy(predicted: Sequence[int], target: Sequence[int]) -> float:
+    """Share of a turn's deltas whose sign (−1, 0, +1) equals the target's."""
+    if len(predicted) != len(target) or not target:
+        raise ValueError(f"cannot compare states {list(predicted)} and {list(target)}")
+    signs = [(p > 0) - (p < 0) == (t > 0) - (t < 0) for p, t in zip(predicted, target, strict=True)]
+    return sum(signs) / len(signs)
 
 
 def state_deltas(states: GameStates) -> tuple[int, int, int]:
@@ -255,7 +266,7 @@ class TurnScorer:
             "clip_t": mean_cosine(embeds, text), "clip_te": mean_cosine(embeds, background),
             "acc_f": acc_f, "mae_f": mae_f,
             "clip_i_gt": None, "clip_c": None, "dreamsim_ref": None, "dreamsim_gt": None,
-            "acc_s": None, "mae_s": None,
+            "acc_s": None, "acc_s_sign": None, "mae_s": None,
         }
         if sample.ground_truth is not None:
             truth = self.cache.images(self.clip, sample.ground_truth)
@@ -270,9 +281,9 @@ class TurnScorer:
                     self.dreamsim, sample.frames, _like(sample.ground_truth, sample.frames)
                 )
         if sample.target_states is not None:
-            result["acc_s"], result["mae_s"] = state_errors(
-                state_deltas(sample.predicted), sample.target_states
-            )
+            predicted = state_deltas(sample.predicted)
+            result["acc_s"], result["mae_s"] = state_errors(predicted, sample.target_states)
+            result["acc_s_sign"] = state_sign_accuracy(predicted, sample.target_states)
         return result
 
 

@@ -1,6 +1,7 @@
-"""The evaluation report: `metrics.json`, `report.md` (beside the paper's numbers) and
+"""The evaluation report: `metrics.json`, `report.md` (beside the paper's numbers),
 `report.html` (frames per turn, per-metric plots across the turn index as inline SVG, and the
-worst five turns per metric); `compare` puts two reports side by side.
+worst five turns per metric) and `grid.png` (the first turns' frames next to their
+instructions, for a README); `compare` puts two reports side by side.
 
 Everything that comes from a benchmark or a player (instructions, game ids, notes) goes through
 `html.escape` before it reaches the page.
@@ -28,6 +29,9 @@ from animegamer.evaluate.metrics import (
 METRICS_FILE = "metrics.json"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
+GRID_FILE = "grid.png"
+GRID_TURNS = 12
+GRID_TEXT_WIDTH = 300
 WORST = 5
 PLOT_WIDTH, PLOT_HEIGHT, PLOT_PAD = 320, 160, 30
 STYLE = (
@@ -73,7 +77,37 @@ def write_report(out: Path, records: Sequence[Mapping[str, Any]],
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     (out / MARKDOWN_FILE).write_text(markdown(metrics), encoding="utf-8")
     (out / HTML_FILE).write_text(html_page(metrics, records), encoding="utf-8")
+    write_grid(out, records)
     return metrics
+
+
+def write_grid(out: Path, records: Sequence[Mapping[str, Any]],
+               turns: int = GRID_TURNS) -> Path | None:
+    """`grid.png`: one row per turn (the first `turns`): its game, turn and instruction, then
+    its sampled generated frames (first and last included). None when no turn has frames."""
+    from PIL import Image, ImageDraw
+
+    rows = [(r, out / r["generated_frames"]) for r in records[:turns]
+            if r.get("generated_frames") and (out / r["generated_frames"]).is_file()]
+    if not rows:
+        return None
+    strips = [Image.open(path).convert("RGB") for _, path in rows]
+    height = max(strip.height for strip in strips)
+    grid = Image.new("RGB", (GRID_TEXT_WIDTH + max(s.width for s in strips), height * len(rows)),
+                     "white")
+    draw = ImageDraw.Draw(grid)
+    for index, ((record, _), strip) in enumerate(zip(rows, strips, strict=True)):
+        top = index * height
+        fields = record.get("instruction") or {}
+        lines = [f"{record['game']} · turn {record['turn']}",
+                 f"{fields.get('character', '')}: {fields.get('adverb', '')} "
+                 f"{fields.get('motion', '')}",
+                 f"{fields.get('time', '')} {fields.get('place', '')}"]
+        draw.multiline_text((8, top + 8), "\n".join(lines), fill="black", spacing=6)
+        grid.paste(strip, (GRID_TEXT_WIDTH, top))
+    path = out / GRID_FILE
+    grid.save(path)
+    return path
 
 
 def _value(metrics: Mapping[str, Any], key: str) -> float | None:
