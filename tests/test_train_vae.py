@@ -51,6 +51,20 @@ def test_three_levels_compress_space_4x_and_crops_train_the_whole_frame(dataset,
     assert tuple(vae.decode(latent).sample.shape) == (1, 3, 17, 64, 96)
 
 
+def test_moving_pixels_weigh_more_and_still_ones_weigh_one():
+    import torch
+
+    from animegamer.train.vae import reconstruction_weights
+
+    clips = torch.zeros(1, 3, 9, 8, 8)
+    clips[0, 1, ::2, 2, 3], clips[0, 1, 1::2, 2, 3] = 1.0, -1.0  # one pixel blinks in green
+    weights = reconstruction_weights(clips, 9.0)
+    assert tuple(weights.shape) == (1, 1, 9, 8, 8)
+    assert torch.all(weights[..., 0, 0] == 1.0)
+    assert torch.all(weights[0, 0, :, 2, 3] == 10.0)  # saturated: ≥ 0.5 from its mean
+    assert torch.all(reconstruction_weights(clips, 0.0) == 1.0)
+
+
 def test_crops_lie_on_the_8_pixel_grid_inside_the_clip():
     import random
 

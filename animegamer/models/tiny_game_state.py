@@ -21,13 +21,9 @@ from animegamer.models.game_state import GameStateConfig, GameStateModel, Resamp
 from animegamer.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE, add_animegamer_tokens
 
 TINY_LORA_RANK = 32
+TINY_HEAD_DIM = 16
 TINY_ARCHITECTURE: dict[str, Any] = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
+    "head_dim": TINY_HEAD_DIM,
     "max_position_embeddings": 4096,
     "sliding_window": 4096,
     "rms_norm_eps": 1e-5,
@@ -44,11 +40,11 @@ BASE_KEY_STYLES = ("base_layer", "plain", "absent")
 
 def tiny_mistral_config(vocab_size: int = VOCAB_SIZE, hidden_size: int = 64,
                         num_hidden_layers: int = 2) -> MistralConfig:
-    """The tiny Mistral architecture (default: 2 layers, hidden 64, 4 heads, 2 KV heads); a
-    wider one keeps heads of 16 and an MLP twice the width."""
+    """The tiny Mistral architecture (default: 2 layers, hidden 64, 4 heads, 2 KV heads): heads
+    of 16, half as many KV heads, an MLP twice the width."""
     architecture = dict(TINY_ARCHITECTURE, hidden_size=hidden_size,
                         intermediate_size=2 * hidden_size, num_hidden_layers=num_hidden_layers,
-                        num_attention_heads=hidden_size // 16,
+                        num_attention_heads=hidden_size // TINY_HEAD_DIM,
                         num_key_value_heads=max(1, hidden_size // 32))
     return MistralConfig(vocab_size=vocab_size, **architecture)
 
