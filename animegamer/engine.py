@@ -36,6 +36,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.hub import log_stage, resolve_character
+from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
@@ -238,6 +239,8 @@ def load_character_models(directory: Path, placement: Placement) -> CharacterMod
         decoder.enable_model_cpu_offload(device=placement.device)
     else:
         decoder.to(placement.storage_device)
+    if placement.device == "cpu":
+        use_onednn_conv3d(decoder.vae)
     if placement.offload:
         game_state.enable_model_cpu_offload(placement.device)
     elif placement.load_device != placement.storage_device:

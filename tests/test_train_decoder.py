@@ -4,6 +4,7 @@ the saved pipeline, recipe errors. Everything on a tiny dataset of 64×96 clips,
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from animegamer.data.layout import clip_path, features_path
 from animegamer.models.decoder import AnimeGamerPipeline, scheduler_config
 from animegamer.train import decoder_phase
 from animegamer.train.__main__ import main
-from animegamer.train.loop import losses_path, read_losses
+from animegamer.train.loop import losses_path, lr_factor, read_losses
 from animegamer.train.recipe import CfgDropout, LoraSettings, RecipeError, TinyInit, load_recipe
 from animegamer.train.shots import (
     LatentCache,
@@ -378,3 +379,41 @@ def test_bad_recipe_fields_are_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "decoder.init" in err and "\n" not in err
+
+
+def test_cosine_schedule_decays_from_the_full_rate_towards_zero() -> None:
+    assert [lr_factor("constant", step, 4) for step in range(4)] == [1.0] * 4
+    assert [lr_factor("cosine", step, 4) for step in range(4)] == pytest.approx(
+        [1.0, (1 + math.sqrt(0.5)) / 2, 0.5, (1 - math.sqrt(0.5)) / 2]
+    )
+    assert lr_factor("cosine", 9, 4) == pytest.approx(0.0)  # past the end: stays at zero
+    with pytest.raises(ValueError, match="unknown lr schedule 'linear'"):
+        lr_factor("linear", 0, 4)
+
+
+def test_every_step_of_a_phase_runs_at_its_scheduled_rate(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Phase a with `lr_schedule: cosine`: warm-up and joint steps follow one cosine over the
+    phase's 5 steps; a run resumed after step 3 continues it."""
+    recipe = tmp_path / "cosine.yaml"
+    recipe.write_text(TINY_RECIPE.read_text().replace(
+        "  lr: 1.0e-3\n  batch_size: 2\n  lora_rank: 4\n  lora_alpha: 4\n  cfg_dropout",
+        "  lr: 1.0e-3\n  lr_schedule: cosine\n  batch_size: 2\n  lora_rank: 4\n"
+        "  lora_alpha: 4\n  cfg_dropout",
+    ))
+    assert load_recipe(recipe).decoder.lr_schedule == "cosine"
+    rates: list[float] = []
+    original = torch.optim.AdamW.step
+
+    def recording(optimizer: torch.optim.AdamW, *args: object, **kwargs: object) -> object:
+        rates.append(optimizer.param_groups[0]["lr"])
+        return original(optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording)
+    argv = ["decoder", "--dataset", str(dataset), "--out", str(tmp_path / "run"),
+            "--config", str(recipe)]
+    assert main([*argv, "--max-steps", "3"]) == 0
+    assert main([*argv, "--resume"]) == 0
+    expected = [1e-3 * (1 + math.cos(math.pi * step / 5)) / 2 for step in range(5)]
+    assert rates == pytest.approx(expected)

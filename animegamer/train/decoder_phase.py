@@ -311,7 +311,6 @@ def finish(
 def run_stage(
     accelerator: Accelerator,
     model: ConditionedDecoder,
-    lr: float,
     make_loss: Callable[[nn.Module], MicroLoss],
     loop: LoopSettings,
     out: Path,
@@ -322,7 +321,7 @@ def run_stage(
     first loading `checkpoint` (same structure) if given; returns the step reached."""
     start, end, total = span
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(trainable, lr=loop.lr, weight_decay=0.0)
     wrapped, optimizer = accelerator.prepare(model, optimizer)
     if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
@@ -358,7 +357,7 @@ def train_transformer(
     full = settings.transformer == "full"
     lora = None if full else add_lora(pipeline.transformer, settings, seed)
     set_trainable(model, stage, full)
-    run_stage(accelerator, model, settings.lr, make_loss, loop, out, span, checkpoint)
+    run_stage(accelerator, model, make_loss, loop, out, span, checkpoint)
     if span[1] < span[2]:
         return None
     return finish(pipeline, lora, levels, folder, accelerator)
@@ -409,7 +408,8 @@ def train_decoder(
     scaling = float(pipeline.vae.config.scaling_factor)
     scheduler = pipeline.scheduler
     loop = LoopSettings(
-        DECODER, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm
+        DECODER, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm,
+        settings.lr, settings.lr_schedule,
     )
     warmup = settings.warmup_steps
     total = warmup + settings.joint_steps
@@ -439,7 +439,7 @@ def train_decoder(
     if step < warmup or (checkpoint is not None and step <= warmup):
         set_trainable(model, "warmup")
         step = run_stage(
-            accelerator, model, settings.lr, make_loss, loop, out,
+            accelerator, model, make_loss, loop, out,
             (step, min(warmup, stop), total), checkpoint,
         )
         checkpoint = None
@@ -512,7 +512,8 @@ def adapt(
     scaling = float(pipeline.vae.config.scaling_factor)
     scheduler = pipeline.scheduler
     loop = LoopSettings(
-        ADAPT, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm
+        ADAPT, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm,
+        settings.lr, settings.lr_schedule,
     )
     total = settings.steps
     stop = total if max_steps is None else min(total, max_steps)

@@ -128,6 +128,20 @@ class LoopSettings:
     checkpoint_every: int
     log_every: int
     max_grad_norm: float
+    lr: float
+    lr_schedule: str = "constant"
+
+
+def lr_factor(schedule: str, step: int, total: int) -> float:
+    """The learning rate's multiplier at optimizer step `step` (0-based) of a phase of `total`:
+    1 for `"constant"`; for `"cosine"` a half cosine from 1 at the first step to 0 after the
+    last, so a short run ends on settled weights (a diffusion model's samples are only as clean
+    as its last steps' noise allows). A function of the step alone, so resuming keeps it."""
+    if schedule == "constant":
+        return 1.0
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))
+    raise ValueError(f"unknown lr schedule {schedule!r} (constant, cosine)")
 
 
 def train_steps(
@@ -158,6 +172,8 @@ def train_steps(
         disable=not accelerator.is_local_main_process,
     )
     for step in range(start, end):
+        for group in optimizer.param_groups:
+            group["lr"] = settings.lr * lr_factor(settings.lr_schedule, step, total)
         losses = []
         for k in range(accumulation):
             micro = step * accumulation + k

@@ -149,7 +149,15 @@ class LoraSettings(_Section):
         return self.lora_rank if self.lora_alpha is None else self.lora_alpha
 
 
-class DecoderRecipe(LoraSettings):
+class TransformerStage(LoraSettings):
+    """What phases a and c share besides the LoRA: the learning rate's schedule over the phase,
+    `constant` (the paper's) or `cosine` (decaying to 0 by the last step; a short run from
+    scratch, like Nano's, samples far cleaner for it)."""
+
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+
+
+class DecoderRecipe(TransformerStage):
     """Phase a: shot encoder and decoder (paper: 10k warm-up + 80k joint steps, lr 2e-4)."""
 
     init: DecoderInit
@@ -161,7 +169,7 @@ class DecoderRecipe(LoraSettings):
     cfg_dropout: CfgDropout = Field(default_factory=CfgDropout)
 
 
-class AdaptRecipe(LoraSettings):
+class AdaptRecipe(TransformerStage):
     """Phase c: the decoder learns to render the game-state model's predictions (paper: 10k
     steps, lr 5e-5). `uncond_dropout`: the share of samples whose condition is the
     unconditional representation, so the CFG row stays trained."""
