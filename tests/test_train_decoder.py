@@ -216,6 +216,18 @@ def test_vae_fingerprint_follows_weights_not_private_config(dataset: Path) -> No
     assert vae_fingerprint(vae) != first
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN")
+def test_the_latent_cache_encodes_clips_through_onednn(dataset: Path, tmp_path: Path) -> None:
+    """One clip at a time, where PyTorch's own choice is its slow im2col kernel."""
+    vae = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels_of(dataset)).vae
+    cache = LatentCache.for_vae(tmp_path, vae)
+    rows = read_rows(dataset)["train"][:1]
+    with torch.profiler.profile() as profile:
+        assert cache.fill(rows, dataset, vae) == 1
+    kernels = {event.key for event in profile.key_averages()}
+    assert "aten::mkldnn_convolution" in kernels and "aten::slow_conv3d_forward" not in kernels
+
+
 def test_loss_decreases_on_a_fixed_batch(dataset: Path, tmp_path: Path) -> None:
     model = _tiny_model(dataset)
     levels = levels_of(dataset)

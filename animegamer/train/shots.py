@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 
 from animegamer.data.flow import MotionLevels
 from animegamer.data.store import write_atomic
+from animegamer.models.cpu_conv import use_onednn_conv3d
 
 CLIP_FRAMES = 17
 """Frames of a training clip (the VAE needs 4k + 1)."""
@@ -103,8 +104,12 @@ class LatentCache:
 
     @torch.no_grad()
     def fill(self, rows: Sequence[dict[str, Any]], dataset: Path, vae: Any) -> int:
-        """Encode the clips of `rows` that have no cached latent; returns how many it encoded."""
+        """Encode the clips of `rows` that have no cached latent; returns how many it encoded.
+        One clip at a time, so on the CPU the VAE's convolutions go through oneDNN
+        (`use_onednn_conv3d`)."""
         todo = self.missing(rows)
+        if todo:
+            use_onednn_conv3d(vae)
         for row in todo:
             frames = read_clip(dataset / row["clip_path"])
             if len(frames) != CLIP_FRAMES:
