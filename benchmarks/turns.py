@@ -4,6 +4,7 @@ Prints the median turn time of the first and the last 10 turns, their ratio, and
 resident memory at turn 10 and at the last turn: a game must not slow down or grow with its length.
 
     .venv/bin/python benchmarks/turns.py --turns 200 [--engine nano|preview] [--steps N]
+        [--nano-dir FOLDER]
 """
 
 from __future__ import annotations
@@ -43,12 +44,16 @@ def main() -> None:
     parser.add_argument("--engine", choices=("nano", "preview"), default="preview")
     parser.add_argument("--steps", type=int, default=None,
                         help="diffusion steps (default: the engine's, 20 for Nano, 8 preview)")
+    parser.add_argument("--nano-dir", type=Path, default=None,
+                        help="a Nano character folder (default: the shipped assets/nano)")
     args = parser.parse_args()
     if args.turns < 20:
         parser.error("--turns must be at least 20 (two sets of 10 are compared)")
 
     with tempfile.TemporaryDirectory() as output:
         settings = Settings(engine=args.engine, output_dir=Path(output))
+        if args.nano_dir:
+            settings = dataclasses.replace(settings, nano_dir=args.nano_dir)
         if args.steps:
             settings = dataclasses.replace(settings, nano_steps=args.steps,
                                            preview_steps=args.steps)

@@ -61,7 +61,8 @@ def tiny_feature_extractor(width: int = 32, seed: int = 0) -> TowerFeatureExtrac
     """Random towers of toy width with the real token counts (196 image, 30 text tokens)."""
     from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 
-    return TowerFeatureExtractor(tiny_shot_towers(width, seed), f"tiny-random-{width}-{seed}")
+    name = f"tiny-random-sincos-{width}-{seed}"
+    return TowerFeatureExtractor(tiny_shot_towers(width, seed), name)
 
 
 def registry_feature_extractor(sources: ShotTowerSources) -> TowerFeatureExtractor:

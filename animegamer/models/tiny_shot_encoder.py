@@ -1,8 +1,16 @@
 """Tiny random-weight shot-encoder towers for tests and the CPU world: the real architectures
 (transformers' `CLIPVisionModel` at ViT-B-16's 224 px / 16 px patches, so 196 patch tokens; a T5
-encoder) at toy widths, and the byte-level `ByT5Tokenizer`, which needs no vocabulary file."""
+encoder) at toy widths, and the byte-level `ByT5Tokenizer`, which needs no vocabulary file.
+
+The vision tower's position embeddings are a fixed 2-D sine-cosine table as strong as the patch
+contents (`spatial_position_table`): at the default random init (std 0.02) they are ~25× weaker
+than a patch's embedding, so moving a patch changed its feature by under 5 % and the 196 tokens
+were a bag of patches, from which a decoder cannot tell where a character stands. A trained
+CLIP's learned positions are strong; this keeps that property at random weights."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from transformers import (
@@ -17,6 +25,22 @@ from animegamer.models.shot_encoder import CLIP_SIZE, AnimeGamerShotEncoder, Sho
 
 BYT5_VOCAB = 259
 """256 bytes after pad (0), eos (1) and unk (2)."""
+
+
+def spatial_position_table(grid: int, width: int) -> torch.Tensor:
+    """[1 + grid², width]: a zero row for the class token, then for each patch (row-major) sines
+    and cosines of its row (first half of the width) and its column (second half) at geometric
+    frequencies, as in MAE; entries in [-1, 1]."""
+    quarter = width // 4
+    frequencies = 1.0 / (100.0 ** (torch.arange(quarter, dtype=torch.float64) / max(quarter, 1)))
+    rows, columns = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    parts = []
+    for coordinate in (rows, columns):
+        angles = coordinate.reshape(-1, 1).double() * frequencies[None] * math.pi / 2
+        parts += [angles.sin(), angles.cos()]
+    table = torch.zeros(1 + grid * grid, width, dtype=torch.float64)
+    table[1:, : 4 * quarter] = torch.cat(parts, dim=1)
+    return table.float()
 
 
 def tiny_shot_towers(width: int = 32, seed: int = 0, layers: int = 3) -> ShotTowers:
@@ -34,6 +58,10 @@ def tiny_shot_towers(width: int = 32, seed: int = 0, layers: int = 3) -> ShotTow
             hidden_act="gelu",
         )
     ).eval()
+    embeddings = vision.embeddings
+    grid = CLIP_SIZE // 16
+    with torch.no_grad():
+        embeddings.position_embedding.weight.copy_(spatial_position_table(grid, width))
     text = T5EncoderModel(
         T5Config(
             vocab_size=BYT5_VOCAB,
