@@ -58,10 +58,9 @@ def tiny_shot_towers(width: int = 32, seed: int = 0, layers: int = 3) -> ShotTow
             hidden_act="gelu",
         )
     ).eval()
-    embeddings = vision.embeddings
-    grid = CLIP_SIZE // 16
+    grid = CLIP_SIZE // vision.config.patch_size
     with torch.no_grad():
-        embeddings.position_embedding.weight.copy_(spatial_position_table(grid, width))
+        vision.embeddings.position_embedding.weight.copy_(spatial_position_table(grid, width))
     text = T5EncoderModel(
         T5Config(
             vocab_size=BYT5_VOCAB,

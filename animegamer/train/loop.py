@@ -135,8 +135,7 @@ class LoopSettings:
 def lr_factor(schedule: str, step: int, total: int) -> float:
     """The learning rate's multiplier at optimizer step `step` (0-based) of a phase of `total`:
     1 for `"constant"`; for `"cosine"` a half cosine from 1 at the first step to 0 after the
-    last, so a short run ends on settled weights (a diffusion model's samples are only as clean
-    as its last steps' noise allows). A function of the step alone, so resuming keeps it."""
+    last. A function of the step alone, so a resumed run continues the same curve."""
     if schedule == "constant":
         return 1.0
     if schedule == "cosine":

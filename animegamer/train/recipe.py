@@ -151,8 +151,7 @@ class LoraSettings(_Section):
 
 class TransformerStage(LoraSettings):
     """What phases a and c share besides the LoRA: the learning rate's schedule over the phase,
-    `constant` (the paper's) or `cosine` (decaying to 0 by the last step; a short run from
-    scratch, like Nano's, samples far cleaner for it)."""
+    `constant` (the paper's) or `cosine` (from `lr` at the first step to 0 after the last)."""
 
     lr_schedule: Literal["constant", "cosine"] = "constant"
 
