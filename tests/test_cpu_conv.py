@@ -45,6 +45,7 @@ def test_training_keeps_the_stock_kernel_and_its_gradients() -> None:
     clip = torch.randn(1, 4, 3, 6, 6, requires_grad=True)
     expected = torch.autograd.grad(conv(clip).square().sum(), clip)[0]
     use_onednn_conv3d(conv)
+    assert "aten::mkldnn_convolution" not in _kernels(lambda: conv(clip))
     routed = torch.autograd.grad(conv(clip).square().sum(), clip)[0]
     torch.testing.assert_close(routed, expected)
     assert conv.state_dict().keys() == {"weight", "bias"}

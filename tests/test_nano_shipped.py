@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from animegamer.data.decode import read_clip
-from animegamer.engine import create_nano_engine
+from animegamer.engine import TurnEngine, create_nano_engine
 from animegamer.game import make_instruction, new_session
 from animegamer.nano.probes import NanoProbes, probe_agreement
 from animegamer.settings import DEFAULT_NANO_DIR, Settings
@@ -24,13 +24,18 @@ INSTRUCTIONS = (
 )
 
 
-@pytest.mark.skipif(not (DEFAULT_NANO_DIR / "transformer").is_dir(),
-                    reason="the Nano weights are not in this checkout")
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> TurnEngine:
+    """The shipped weights, loaded once for the module's turns."""
+    if not (DEFAULT_NANO_DIR / "transformer").is_dir():
+        pytest.skip("the Nano weights are not in this checkout")
+    return create_nano_engine(Settings(engine="nano", output_dir=tmp_path_factory.mktemp("out")))
+
+
 @pytest.mark.parametrize("fields", INSTRUCTIONS, ids=lambda f: f"{f['time']}-{f['place']}")
 def test_a_turn_of_the_shipped_world_is_in_the_asked_place_and_time(
-    fields: dict[str, str], tmp_path: Path
+    fields: dict[str, str], engine: TurnEngine
 ) -> None:
-    engine = create_nano_engine(Settings(engine="nano", output_dir=tmp_path))
     instruction = make_instruction(fields)
     session = engine.play(new_session(fields["character"], window=1), instruction, seed=0)
     frames = read_clip(Path(session.turns[-1].clip_path))
