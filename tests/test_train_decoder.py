@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -429,3 +430,75 @@ def test_every_step_of_a_phase_runs_at_its_scheduled_rate(
     assert main([*argv, "--resume"]) == 0
     expected = [1e-3 * (1 + math.cos(math.pi * step / 5)) / 2 for step in range(5)]
     assert rates == pytest.approx(expected)
+
+
+def test_motion_weights_follow_how_far_each_position_moves_over_the_shot() -> None:
+    latents = torch.zeros(1, 5, 2, 3, 4)  # [B, T, C, H, W]
+    latents[0, :, 1, 0, 0] = torch.tensor([0.0, 0.0, 0.0, 0.0, 5.0])  # moves far: saturates
+    latents[0, :, 0, 2, 3] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.25])  # moves 0.2 from its mean
+    latents[0, :, :, 1, 1] = 3.0  # bright but still
+    weights = decoder_phase.motion_weights(latents, 4.0)
+    assert weights.shape == (1, 5, 1, 3, 4)
+    expected = torch.ones(1, 5, 1, 3, 4)
+    expected[0, :4, 0, 0, 0] = 5.0  # |0 - 1| ≥ 0.5 → the whole weight
+    expected[0, 4, 0, 0, 0] = 5.0  # |5 - 1|
+    expected[0, :4, 0, 2, 3] = 1 + 4 * 0.05 / 0.5
+    expected[0, 4, 0, 2, 3] = 1 + 4 * 0.2 / 0.5
+    torch.testing.assert_close(weights, expected)
+    assert torch.equal(decoder_phase.motion_weights(latents, 0.0), torch.ones(1, 5, 1, 3, 4))
+
+
+def test_the_motion_weighted_loss_counts_errors_where_the_shot_moves_more() -> None:
+    """A network that is exact everywhere but one position, off by 1 in every channel there:
+    the plain loss is that position's share of the latent; the weighted loss its share of the
+    weights."""
+    scheduler = CogVideoXDPMScheduler(**scheduler_config())
+    latents = torch.zeros(2, 5, 4, 3, 4)
+    latents[:, 4, :, 0, 0] = 5.0  # only (0, 0) moves, at least 0.5 from its mean at every step
+    alphas = scheduler.alphas_cumprod
+
+    def off_at(position: tuple[int, int]) -> Callable[..., torch.Tensor]:
+        def network(noisy: torch.Tensor, timesteps: torch.Tensor, scopes: torch.Tensor,
+                    **condition: torch.Tensor) -> torch.Tensor:
+            a = alphas[timesteps].sqrt()[:, None, None, None, None]
+            s = (1 - alphas[timesteps]).sqrt()[:, None, None, None, None]
+            noise = (noisy - a * latents) / s
+            prediction = a * noise - s * latents  # the velocity target itself
+            prediction[:, :, :, position[0], position[1]] += 1.0
+            return prediction
+        return network
+
+    def loss(position: tuple[int, int], weight: float) -> float:
+        generator = torch.Generator().manual_seed(0)
+        return decoder_phase.v_prediction_loss(
+            off_at(position), scheduler, latents, torch.ones(2), generator, weight
+        ).item()
+
+    assert loss((0, 0), 0.0) == pytest.approx(1 / 12, rel=1e-4)
+    assert loss((2, 3), 0.0) == pytest.approx(1 / 12, rel=1e-4)
+    assert loss((0, 0), 9.0) == pytest.approx(10 / 21, rel=1e-4)  # 10 of 11 + 10 weight
+    assert loss((2, 3), 9.0) == pytest.approx(1 / 21, rel=1e-4)
+
+
+def test_the_recipes_motion_weight_reaches_the_decoder_loss(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = tmp_path / "weighted.yaml"
+    recipe.write_text(TINY_RECIPE.read_text().replace(
+        "  lr: 1.0e-3\n  batch_size: 2\n  lora_rank: 4\n  lora_alpha: 4\n  cfg_dropout",
+        "  lr: 1.0e-3\n  motion_weight: 9.0\n  batch_size: 2\n  lora_rank: 4\n"
+        "  lora_alpha: 4\n  cfg_dropout",
+    ))
+    assert load_recipe(recipe).decoder.motion_weight == 9.0
+    weights: list[object] = []
+    original = decoder_phase.v_prediction_loss
+
+    def recording(*args: object, **kwargs: torch.Tensor) -> torch.Tensor:
+        weights.append(args[5])
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decoder_phase, "v_prediction_loss", recording)
+    argv = ["decoder", "--dataset", str(dataset), "--out", str(tmp_path / "run"),
+            "--config", str(recipe), "--max-steps", "1"]
+    assert main(argv) == 0
+    assert weights == [9.0]

@@ -151,9 +151,13 @@ class LoraSettings(_Section):
 
 class TransformerStage(LoraSettings):
     """What phases a and c share besides the LoRA: the learning rate's schedule over the phase,
-    `constant` (the paper's) or `cosine` (from `lr` at the first step to 0 after the last)."""
+    `constant` (the paper's) or `cosine` (from `lr` at the first step to 0 after the last), and
+    `motion_weight`: 0 is the paper's plain MSE; above 0, latent positions that change over the
+    shot weigh up to 1 + motion_weight in the diffusion loss (`decoder_phase.motion_weights`),
+    so a small moving character is not a few percent of a loss its background dominates."""
 
     lr_schedule: Literal["constant", "cosine"] = "constant"
+    motion_weight: float = Field(default=0.0, ge=0)
 
 
 class DecoderRecipe(TransformerStage):
