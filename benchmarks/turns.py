@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--engine", choices=("nano", "preview"), default="preview")
     parser.add_argument("--steps", type=int, default=None,
-                        help="diffusion steps (default: the engine's, 20 for Nano, 8 preview)")
+                        help="diffusion steps (default: the engine's, 12 for Nano, 8 preview)")
     parser.add_argument("--nano-dir", type=Path, default=None,
                         help="a Nano character folder (default: the shipped assets/nano)")
     args = parser.parse_args()

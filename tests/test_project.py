@@ -67,9 +67,9 @@ def test_settings_come_from_the_environment():
         "preview", 3, 30, "on")
     assert settings.output_dir == Path("/tmp/clips")
     assert Settings.from_env({}) == Settings()
-    nano = Settings.from_env({"ANIMEGAMER_ENGINE": "nano", "ANIMEGAMER_NANO_STEPS": "12",
+    nano = Settings.from_env({"ANIMEGAMER_ENGINE": "nano", "ANIMEGAMER_NANO_STEPS": "16",
                               "ANIMEGAMER_NANO_DIR": "/tmp/nano"})
-    assert (nano.engine, nano.nano_steps, nano.nano_dir) == ("nano", 12, Path("/tmp/nano"))
+    assert (nano.engine, nano.nano_steps, nano.nano_dir) == ("nano", 16, Path("/tmp/nano"))
 
 
 @pytest.mark.parametrize(
