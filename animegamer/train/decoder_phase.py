@@ -61,6 +61,7 @@ from animegamer.train.shots import (
     levels_of,
     read_features,
 )
+from animegamer.train.vae import reconstruction_weights
 
 if TYPE_CHECKING:
     from peft import LoraModel
@@ -185,19 +186,13 @@ def cfg_dropout(
     )
 
 
-MOTION_SATURATION = 0.5
-"""How far (in scaled latent units) a position must move from its mean over the shot to get
-the whole `motion_weight`."""
-
-
 def motion_weights(latents: torch.Tensor, motion_weight: float) -> torch.Tensor:
     """Per-position weights [B, T, 1, H, W] of the diffusion loss for latents [B, T, C, H, W]:
-    1 + `motion_weight` × how far the position is from its mean over the shot (any channel,
-    saturating at `MOTION_SATURATION`). The latent's motion map follows the pixels' (its
-    correlation with the 4×-pooled pixel motion is 0.87–0.96 on Nano shots), so what moves
-    is what weighs more, as in the VAE's reconstruction loss."""
-    moving = (latents - latents.mean(dim=1, keepdim=True)).abs().amax(dim=2, keepdim=True)
-    return 1.0 + motion_weight * (moving / MOTION_SATURATION).clamp(max=1.0)
+    the VAE's `reconstruction_weights` on the latent (1 + `motion_weight` × how far a position
+    is from its mean over the shot, saturating at 0.5). The latent's motion map follows the
+    pixels' (its correlation with the 4×-pooled pixel motion is 0.87–0.96 on Nano shots), so
+    what moves is what weighs more, as in the VAE's reconstruction loss."""
+    return reconstruction_weights(latents.transpose(1, 2), motion_weight).transpose(1, 2)
 
 
 def v_prediction_loss(

@@ -131,8 +131,9 @@ def _window(clip: torch.Tensor, frames: int, rng: random.Random) -> torch.Tensor
 def reconstruction_weights(clips: torch.Tensor, motion_weight: float) -> torch.Tensor:
     """Per-pixel weights [B, 1, F, H, W] of the L1 for clips [B, 3, F, H, W] in [-1, 1]:
     1 + `motion_weight` × how far the pixel is from its mean over the window (any channel,
-    saturating at a quarter of the range), so what moves (a character, its limbs) counts as
-    much as the static background it stands on."""
+    saturating at 0.5, a quarter of the range), so what moves (a character, its limbs) counts
+    as much as the static background it stands on. The decoder's diffusion loss weighs latents
+    [B, C, F, H, W] the same way (`decoder_phase.motion_weights`)."""
     moving = (clips - clips.mean(dim=2, keepdim=True)).abs().amax(dim=1, keepdim=True)
     return 1.0 + motion_weight * (moving / 0.5).clamp(max=1.0)
 
