@@ -22,7 +22,8 @@ def _losses(run, phase):
 def test_quick_training_on_a_small_world_makes_a_character(tmp_path):
     dataset, run = tmp_path / "world", tmp_path / "run"
     assert nano_cli.main(["world", "--out", str(dataset), "--shots", "16",
-                          "--episode-length", "4", "--test-fraction", "0.25"]) == 0
+                          "--episode-length", "4", "--test-fraction", "0.25",
+                          "--tower-steps", "5"]) == 0
     assert nano_cli.main(["train", "--dataset", str(dataset), "--out", str(run), "--quick"]) == 0
     check_layout(run / "character")
     assert read_manifest(run / "character")["character"] == NANO_NAME

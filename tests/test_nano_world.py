@@ -11,13 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import load_file
+from transformers import CLIPVisionModel
 
 from animegamer.characters import load_registry
 from animegamer.data import dataset, layout
 from animegamer.data.__main__ import main as data_main
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.game import make_instruction
+from animegamer.models.shot_encoder import clip_pixel_values, image_features
+from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 from animegamer.nano import NANO_VOCABULARY
 from animegamer.nano.__main__ import main as nano_main
 from animegamer.nano.scene import luminance
@@ -26,6 +30,8 @@ from animegamer.nano.vocabulary import MOTIONS, PLACES, TIMES
 from animegamer.nano.world import (
     CLIMB,
     MAX_TRAVEL,
+    TOWER_DIR,
+    TOWER_WIDTH,
     EpisodeRules,
     NanoRenderer,
     RenderedShot,
@@ -39,7 +45,7 @@ from animegamer.nano.world import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-WORLD_ARGS = ["--shots", "10", "--seed", "3", "--episode-length", "4"]
+WORLD_ARGS = ["--shots", "10", "--seed", "3", "--episode-length", "4", "--tower-steps", "5"]
 
 
 def _render(character: str, adverb: str, motion: str, time_: str = "day", place: str = "grass",
@@ -237,6 +243,16 @@ def test_dataset_is_the_seed_s_world_with_measured_scopes(world: tuple[Path, str
         assert rows[row.shot_id]["instruction"] == row.shot.instruction.text
     for row in rendered[:2]:
         assert rows[row.shot_id]["motion_scope"] == motion_scope(row.shot.frames)
+    tower = CLIPVisionModel.from_pretrained(out / TOWER_DIR).eval()
+    random_tower = tiny_shot_towers(TOWER_WIDTH, int(seed)).image_encoder
+    first_frames = np.stack([row.shot.frames[0] for row in rendered[:2]])
+    with torch.no_grad():
+        expected = image_features(tower, clip_pixel_values(first_frames)).numpy()
+        untrained = image_features(random_tower, clip_pixel_values(first_frames)).numpy()
+    for index, row in enumerate(rendered[:2]):
+        stored = load_file(str(out / rows[row.shot_id]["features_path"]))["image_features"]
+        np.testing.assert_allclose(stored, expected[index], atol=1e-5)
+        assert np.abs(stored - untrained[index]).max() > 1e-3
 
 
 def test_dataset_loads_with_datasets_and_shows(world: tuple[Path, str], tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """AnimeGamer-Nano from one command each:
 
     python -m animegamer.nano world --out DATASET [--shots N] [--seed S] [--episode-length L]
+        [--tower-steps N]
     python -m animegamer.nano train --dataset DATASET --out RUN [--quick | --recipe R] [--resume]
         [--install]
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from animegamer.data.episodes import TEST_FRACTION
 from animegamer.data.errors import DataError
 from animegamer.nano import NANO_NAME
+from animegamer.nano.tower import TowerTraining
 from animegamer.settings import DEFAULT_NANO_DIR, PACKAGE_ROOT
 
 EXIT_ERROR = 2
@@ -41,6 +43,9 @@ def _add_world(commands: argparse._SubParsersAction) -> None:
                        help="who plays, one episode each in turn (default Qiqi Sosuke)")
     world.add_argument("--test-fraction", type=float, default=TEST_FRACTION,
                        help=f"share of the episodes in the test split (default {TEST_FRACTION})")
+    world.add_argument("--tower-steps", type=int, default=TowerTraining().steps,
+                       help="training steps of the world's image tower, which the features come "
+                            f"from (default {TowerTraining().steps}; tests use a few)")
     world.add_argument("--workers", type=int, default=2,
                        help="threads measuring and encoding shots (default 2)")
     world.set_defaults(run=run_world)
@@ -71,14 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
 def run_world(args: argparse.Namespace) -> int:
     from animegamer.nano.world import WorldOptions, build_world
 
-    if args.shots < 1 or args.episode_length < 1 or args.workers < 1:
-        raise DataError("--shots, --episode-length and --workers must be at least 1")
+    if min(args.shots, args.episode_length, args.workers, args.tower_steps) < 1:
+        raise DataError("--shots, --episode-length, --workers and --tower-steps must be at least 1")
     if not 0 <= args.test_fraction < 1:
         raise DataError("--test-fraction must be in [0, 1)")
     options = WorldOptions(
         out=args.out, shots=args.shots, seed=args.seed, episode_length=args.episode_length,
         characters=tuple(args.characters), test_fraction=args.test_fraction,
-        workers=args.workers,
+        workers=args.workers, tower=TowerTraining(steps=args.tower_steps, seed=args.seed),
     )
     started = time.perf_counter()
     try:

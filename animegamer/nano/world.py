@@ -7,7 +7,8 @@ it faces, and the background) carries from shot to shot: a shot starts exactly w
 one ended, and a change of altitude (taking off, landing) happens at a bounded climb rate, so
 nothing teleports. Annotations are exact: the instruction the shot was rendered from, the
 motion's state labels, and the motion scope measured on the rendered frames with the data
-pipeline's `motion_scope`.
+pipeline's `motion_scope`. The features are those of the world's image tower (`tower`: the
+random stand-in for CLIP, trained on the train split's frames to tell who, where and when).
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from PIL import Image, ImageDraw
 from animegamer.data import dataset, layout
 from animegamer.data.decode import DECODE_FPS
 from animegamer.data.episodes import TEST_FRACTION, choose_test_videos
-from animegamer.data.features import tiny_feature_extractor, write_features
+from animegamer.data.features import TowerFeatureExtractor, write_features
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.data.report import make_report
 from animegamer.data.shots import CLIP_FPS, CLIP_FRAMES, CLIP_STRIDE
 from animegamer.data.store import write_atomic, write_json
 from animegamer.game import Instruction, make_instruction
+from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 from animegamer.nano.scene import GROUND_Y, HEIGHT, WIDTH, render_background, sprite_light
 from animegamer.nano.sprites import FRIEND, Pose, draw_character, look_of, reference_image
+from animegamer.nano.tower import TowerTraining, train_world_tower
 from animegamer.nano.vocabulary import (
     ADVERBS,
     MOTIONS,
@@ -61,6 +64,9 @@ FLYING_ABOVE = 12.0
 FRIEND_SIDE = 10.0
 """The friend of a social motion stands this far from the frame's edge, on the far side."""
 FEATURE_BATCH = 16
+TOWER_DIR = "tower"
+"""The world's trained image tower, in the dataset folder (a transformers `CLIPVisionModel`)."""
+TOWER_WIDTH = 32
 
 
 @dataclass(frozen=True)
@@ -325,6 +331,7 @@ class WorldOptions:
     test_fraction: float = TEST_FRACTION
     workers: int = 2
     rules: EpisodeRules = EpisodeRules()
+    tower: TowerTraining = field(default_factory=TowerTraining)
 
 
 @dataclass(frozen=True)
@@ -371,7 +378,7 @@ def _prepare(out: Path) -> None:
             raise FileExistsError(
                 f"{out} is not empty and holds no Nano world; choose a new folder"
             )
-        for name in (layout.CLIPS, layout.FEATURES):
+        for name in (layout.CLIPS, layout.FEATURES, TOWER_DIR):
             shutil.rmtree(out / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -384,8 +391,31 @@ def _measure_and_write(out: Path, row: _Row) -> float:
     return motion_scope(frames)
 
 
-def _write_features(out: Path, rows: Sequence[_Row]) -> None:
-    extractor = tiny_feature_extractor()
+TOWER_FRAMES = (0, CLIP_FRAMES // 2, CLIP_FRAMES - 1)
+"""Frames of each train shot the image tower learns from (first, middle, last: poses vary)."""
+
+
+def world_feature_extractor(
+    out: Path, train_rows: Sequence[_Row], training: TowerTraining
+) -> TowerFeatureExtractor:
+    """The tiny towers with the image tower trained on `train_rows` (saved to OUT/tower)."""
+    towers = tiny_shot_towers(TOWER_WIDTH, training.seed)
+    frames = np.stack([row.shot.frames[i] for row in train_rows for i in TOWER_FRAMES])
+    labels: dict[str, list[str]] = {"character": [], "place": [], "time": []}
+    for row in train_rows:
+        instruction = row.shot.instruction
+        place = NANO_VOCABULARY.place(instruction.place)
+        for _ in TOWER_FRAMES:
+            labels["character"].append(instruction.character)
+            labels["place"].append(place.name if place else instruction.place)
+            labels["time"].append(instruction.time)
+    train_world_tower(towers.image_encoder, frames, labels, training)
+    towers.image_encoder.save_pretrained(out / TOWER_DIR)
+    name = f"nano-world-tower-{TOWER_WIDTH}-{training.seed}-{training.steps}"
+    return TowerFeatureExtractor(towers, name)
+
+
+def _write_features(out: Path, rows: Sequence[_Row], extractor: TowerFeatureExtractor) -> None:
     for begin in range(0, len(rows), FEATURE_BATCH):
         batch = rows[begin : begin + FEATURE_BATCH]
         texts = [row.motion_text for row in batch]
@@ -437,9 +467,10 @@ def build_world(options: WorldOptions) -> dict[str, Any]:
     rows = list(world_shots(options))
     with ThreadPoolExecutor(max(1, options.workers)) as pool:
         scopes = list(pool.map(lambda row: _measure_and_write(out, row), rows))
-    _write_features(out, rows)
-    levels = MotionLevels.fit(s for s in scopes if s > 0)
     test = choose_test_videos({row.video for row in rows}, options.test_fraction)
+    train_rows = [row for row in rows if row.video not in test]
+    _write_features(out, rows, world_feature_extractor(out, train_rows or rows, options.tower))
+    levels = MotionLevels.fit(s for s in scopes if s > 0)
     table: dict[str, list[dict[str, Any]]] = {split: [] for split in dataset.SPLITS}
     for row, scope in zip(rows, scopes, strict=True):
         instruction, (sc, et, st) = row.shot.instruction, row.shot.labels
