@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--annotator", help="vision-language model id or folder (transformers)")
     make.add_argument("--features", choices=("none", "real", "tiny"), default="none",
                       help="cache shot features: none; real (the registry's CLIP ViT-B-16 and T5 "
-                      "towers, downloaded once); tiny (random towers, tests and the CPU world)")
+                      "towers, downloaded once); tiny (random towers: tests)")
     make.add_argument("--limit", type=int, help="stop after this many shots")
     make.add_argument("--num-proc", type=int, default=1, help="processes for the clip stage")
     make.add_argument("--batch-size", type=int, default=8, help="shots per annotator batch")
