@@ -149,6 +149,22 @@ def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
                                              levels_of(dataset))
 
 
+def test_a_vae_2x_in_time_gives_the_decoder_9_latent_frames(dataset: Path, tmp_path: Path) -> None:
+    from animegamer.train.vae import VaeRecipe, build_vae
+
+    recipe = VaeRecipe(block_out_channels=(4, 8, 8), norm_num_groups=2, temporal_compression=2)
+    build_vae(recipe, 64, 96).save_pretrained(tmp_path / "vae")
+    pipeline = decoder_phase.tiny_training_pipeline(TinyInit(vae=tmp_path / "vae"), 32, 32,
+                                                    levels_of(dataset))
+    assert pipeline.transformer.config.temporal_compression_ratio == 2
+    encoded = pipeline.vae.encode(torch.zeros(1, 3, 17, 64, 96)).latent_dist.mean
+    assert tuple(encoded.shape) == (1, 16, 9, 16, 24)
+    assert pipeline.latent_shape()[1] == 9
+    representation = torch.randn(1, 226, 64)
+    frames = pipeline(representation, 3, num_inference_steps=2).frames
+    assert frames.shape == (1, 17, 64, 96, 3)
+
+
 def test_trainable_sets_of_each_stage(dataset: Path) -> None:
     model = _tiny_model(dataset)
     encoder = {f"shot_encoder.{n}" for n, _ in model.shot_encoder.named_parameters()}

@@ -98,3 +98,5 @@ def test_recipe_and_sizes_are_checked():
         VaeRecipe(block_out_channels=(8, 16))
     with pytest.raises(ValueError, match="multiples of 8"):
         VaeRecipe(train_crop=(30, 48))
+    with pytest.raises(ValueError, match="temporal_compression"):
+        VaeRecipe(temporal_compression=3)

@@ -235,13 +235,14 @@ def tiny_training_pipeline(
     """Fresh random tiny models: a transformer of `sizes`, `tiny_vae()` (or the trained VAE at
     `sizes.vae`), a shot encoder from the dataset's feature widths."""
     config = tiny_transformer_config(sizes.representation_dim)
-    height, width = (latent_size(AutoencoderKLCogVideoX.load_config(sizes.vae)) if sizes.vae
-                     else TINY_LATENT_SIZE)
+    vae_config = AutoencoderKLCogVideoX.load_config(sizes.vae) if sizes.vae else {}
+    height, width = latent_size(vae_config) if sizes.vae else TINY_LATENT_SIZE
     if height % sizes.patch_size or width % sizes.patch_size:
         raise TrainError(f"a {height}x{width} latent is not a whole number of "
                          f"{sizes.patch_size}-patches")
     config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values),
-                  sample_height=height, sample_width=width, patch_size=sizes.patch_size)
+                  sample_height=height, sample_width=width, patch_size=sizes.patch_size,
+                  temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
         transformer = AnimeGamerTransformer3DModel(**config)

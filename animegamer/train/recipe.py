@@ -47,6 +47,11 @@ class VaeRecipe(_Section):
     layers_per_block: int = Field(1, ge=1)
     norm_num_groups: int = Field(4, ge=1)
     latent_channels: int = Field(16, ge=1)
+    temporal_compression: Literal[2, 4] = 4
+    """Frames per latent frame: 4 as CogVideoX's (17 frames → 5 latent frames), or 2 (→ 9),
+    for a world whose small sprites move several pixels a frame: over 4 frames a tiny VAE
+    blurs them into a ghost whose flow reads as almost still (`benchmarks/vae_motion.py`).
+    The decoder's latent follows (`TinyInit` reads it from the VAE)."""
     train_frames: int = Field(17, ge=9)
     """Frames of the window cut from each clip per step, 8k+1 (an odd number of latent frames:
     CogVideoX's VAE decodes them in pairs after a first group of three); fewer than the clip's

@@ -2,8 +2,9 @@
 
 Real characters use CogVideoX-2B's VAE as it is (frozen, DESIGN §11). A small world whose clips
 are tiny (the Nano world: 17 frames of 64×96) needs a VAE of its own with the same layout
-(4× in time: 17 frames → 5 latent frames; 8× in space as the real one with 4 levels, or 4× with
-3, which keeps a 64×96 world's small sprites legible in a 16×24 latent). Loss: L1
+(4× in time: 17 frames → 5 latent frames, or 2× → 9 for fast small sprites; 8× in space as the
+real one with 4 levels, or 4× with 3, which keeps a 64×96 world's small sprites legible in a
+16×24 latent). Loss: L1
 reconstruction (moving pixels optionally weighted up, `reconstruction_weights`) + a small KL
 term; at the end the latent scaling factor is set to 1/std of the latents (as Stable
 Diffusion's and CogVideoX's were), so the decoder sees unit-variance latents.
@@ -40,6 +41,7 @@ def build_vae(recipe: VaeRecipe, height: int, width: int) -> AutoencoderKLCogVid
         layers_per_block=recipe.layers_per_block,
         norm_num_groups=recipe.norm_num_groups,
         latent_channels=recipe.latent_channels,
+        temporal_compression_ratio=recipe.temporal_compression,
         sample_height=height,
         sample_width=width,
     )
