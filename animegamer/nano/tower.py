@@ -58,14 +58,17 @@ def train_world_tower(
     if not labels or any(len(names) != count for names in labels.values()):
         raise ValueError(f"need one label per frame ({count}) in every label set")
     generator = torch.Generator().manual_seed(training.seed)
-    torch.manual_seed(training.seed)
     targets = {}
     for key, names in labels.items():
         classes = sorted(set(names))
         targets[key] = torch.tensor([classes.index(name) for name in names])
     pixels = clip_pixel_values(frames)
     width = tower.config.hidden_size
-    heads = nn.ModuleDict({key: nn.Linear(width, int(t.max()) + 1) for key, t in targets.items()})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(training.seed)
+        heads = nn.ModuleDict(
+            {key: nn.Linear(width, int(t.max()) + 1) for key, t in targets.items()}
+        )
     optimizer = torch.optim.AdamW([*tower.parameters(), *heads.parameters()], lr=training.lr)
     tower.train()
     for _ in range(training.steps):
