@@ -30,14 +30,16 @@ from animegamer.data.dataset import read_rows
 from animegamer.data.decode import read_clip
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.evaluate.metrics import level_errors
+from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.train.vae import clip_tensor
 
 
 @torch.no_grad()
 def reconstruct(vae: AutoencoderKLCogVideoX, frames: np.ndarray) -> np.ndarray:
-    """uint8 [F, H, W, 3] → the VAE's reconstruction (the posterior's mode), uint8 alike."""
+    """uint8 [F, H, W, 3] → the VAE's reconstruction (the posterior's mode), made uint8 as the
+    pipeline makes generated clips."""
     decoded = vae.decode(vae.encode(clip_tensor(frames)[None]).latent_dist.mode()).sample
-    return ((decoded[0].permute(1, 2, 3, 0).clamp(-1, 1) + 1) * 127.5).round().byte().numpy()
+    return AnimeGamerPipeline.postprocess_video(decoded, "np")[0]
 
 
 def psnr(reconstruction: np.ndarray, truth: np.ndarray) -> float:

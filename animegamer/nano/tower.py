@@ -62,7 +62,6 @@ def train_world_tower(
     for key, names in labels.items():
         classes = sorted(set(names))
         targets[key] = torch.tensor([classes.index(name) for name in names])
-    pixels = clip_pixel_values(frames)
     width = tower.config.hidden_size
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(training.seed)
@@ -73,7 +72,7 @@ def train_world_tower(
     tower.train()
     for _ in range(training.steps):
         picked = torch.randint(count, (min(training.batch_size, count),), generator=generator)
-        tokens = patch_tokens(tower, pixels[picked])
+        tokens = patch_tokens(tower, clip_pixel_values(frames[picked.numpy()]))
         loss = sum(
             nn.functional.cross_entropy(heads[key](tokens).amax(dim=1), target[picked])
             for key, target in targets.items()
@@ -83,6 +82,7 @@ def train_world_tower(
         optimizer.zero_grad(set_to_none=True)
     tower.eval()
     with torch.no_grad():
-        tokens = torch.cat([patch_tokens(tower, pixels[i:i + 64]) for i in range(0, count, 64)])
+        tokens = torch.cat([patch_tokens(tower, clip_pixel_values(frames[i:i + 64]))
+                            for i in range(0, count, 64)])
     return {key: float((heads[key](tokens).amax(dim=1).argmax(1) == t).float().mean())
             for key, t in targets.items()}

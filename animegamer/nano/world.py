@@ -403,12 +403,10 @@ def world_feature_extractor(
     frames = np.stack([row.shot.frames[i] for row in train_rows for i in TOWER_FRAMES])
     labels: dict[str, list[str]] = {"character": [], "place": [], "time": []}
     for row in train_rows:
-        instruction = row.shot.instruction
-        place = NANO_VOCABULARY.place(instruction.place)
         for _ in TOWER_FRAMES:
-            labels["character"].append(instruction.character)
-            labels["place"].append(place.name if place else instruction.place)
-            labels["time"].append(instruction.time)
+            labels["character"].append(row.shot.instruction.character)
+            labels["place"].append(row.shot.start.place)
+            labels["time"].append(row.shot.start.time)
     train_world_tower(towers.image_encoder, frames, labels, training)
     towers.image_encoder.save_pretrained(out / TOWER_DIR)
     name = f"nano-world-tower-{TOWER_WIDTH}-{training.seed}-{training.steps}"
