@@ -90,6 +90,11 @@ def test_recipe_and_sizes_are_checked():
         VaeRecipe(steps=0)
     with pytest.raises(ValueError, match="8k\\+1"):
         VaeRecipe(train_frames=13)
+    with pytest.raises(ValueError, match="odd number of latent frames"):
+        VaeRecipe(train_frames=5)
+    with pytest.raises(ValueError, match="odd number of latent frames"):
+        VaeRecipe(train_frames=7, temporal_compression=2)
+    assert VaeRecipe(train_frames=5, temporal_compression=1).train_frames == 5
     with pytest.raises(ValueError, match="colour"):
         VaeRecipe(colour=1)
     with pytest.raises(ValueError, match="multiples of 8"):

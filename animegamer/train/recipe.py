@@ -47,15 +47,16 @@ class VaeRecipe(_Section):
     layers_per_block: int = Field(1, ge=1)
     norm_num_groups: int = Field(4, ge=1)
     latent_channels: int = Field(16, ge=1)
-    temporal_compression: Literal[2, 4] = 4
-    """Frames per latent frame: 4 as CogVideoX's (17 frames → 5 latent frames), or 2 (→ 9),
-    for a world whose small sprites move several pixels a frame: over 4 frames a tiny VAE
+    temporal_compression: Literal[1, 2, 4] = 4
+    """Frames per latent frame: 4 as CogVideoX's (17 frames → 5 latent frames), 2 (→ 9) or 1
+    (→ 17), for a world whose small sprites move several pixels a frame: over 4 frames a tiny VAE
     blurs them into a ghost whose flow reads as almost still (`benchmarks/vae_motion.py`).
     The decoder's latent follows (`TinyInit` reads it from the VAE)."""
-    train_frames: int = Field(17, ge=9)
-    """Frames of the window cut from each clip per step, 8k+1 (an odd number of latent frames:
-    CogVideoX's VAE decodes them in pairs after a first group of three); fewer than the clip's
-    make a step cheaper, the convolutions being the same."""
+    train_frames: int = Field(17, ge=3)
+    """Frames of the window cut from each clip per step: a whole number of latent frames, an odd
+    count of them (CogVideoX's VAE decodes them in pairs after a first group of three), and 8k+1
+    beyond 9 (it encodes frames in groups of 8 after the first); fewer than the clip's make a
+    step cheaper, the convolutions being the same."""
     train_crop: tuple[int, int] | None = None
     """[height, width] of a random crop of each window per step (multiples of 8), or the
     whole frame. The VAE is convolutional, so crops teach it the same filters for less compute."""
@@ -82,12 +83,16 @@ class VaeRecipe(_Section):
             raise ValueError("[height, width]: positive multiples of 8")
         return crop
 
-    @field_validator("train_frames")
-    @classmethod
-    def _whole_latent_frames(cls, frames: int) -> int:
-        if frames % 8 != 1:
-            raise ValueError("must be 8k+1 (9, 17, …: an odd number of latent frames)")
-        return frames
+    @model_validator(mode="after")
+    def _whole_latent_frames(self) -> VaeRecipe:
+        frames, ratio = self.train_frames, self.temporal_compression
+        latent_frames = (frames - 1) // ratio + 1
+        if (frames - 1) % ratio or latent_frames % 2 == 0 or (frames > 9 and frames % 8 != 1):
+            raise ValueError(
+                f"train_frames {frames} with temporal_compression {ratio}: give an odd number "
+                "of latent frames, and 8k+1 frames beyond 9 (9, 17, …; fewer at compression 1 or 2, e.g. 5)"
+            )
+        return self
 
 
 class TinyInit(_Section):
