@@ -90,7 +90,8 @@ class VaeRecipe(_Section):
         if (frames - 1) % ratio or latent_frames % 2 == 0 or (frames > 9 and frames % 8 != 1):
             raise ValueError(
                 f"train_frames {frames} with temporal_compression {ratio}: give an odd number "
-                "of latent frames, and 8k+1 frames beyond 9 (9, 17, …; fewer at compression 1 or 2, e.g. 5)"
+                "of latent frames, and 8k+1 frames beyond 9 (9, 17, …; fewer at compression "
+                "1 or 2, e.g. 5)"
             )
         return self
 
