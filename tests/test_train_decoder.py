@@ -149,22 +149,25 @@ def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
                                              levels_of(dataset))
 
 
-@pytest.mark.parametrize(("ratio", "latent_frames", "patch"), [(2, 9, 2), (1, 17, 4)])
-def test_a_vae_less_compressed_in_time_gives_the_decoder_its_latent_frames(
-    dataset: Path, tmp_path: Path, ratio: int, latent_frames: int, patch: int
+@pytest.mark.parametrize(("ratio", "latent_frames", "patch", "channels"),
+                         [(2, 9, 2, 16), (1, 17, 4, 4)])
+def test_the_decoder_takes_its_vaes_latent_frames_and_channels(
+    dataset: Path, tmp_path: Path, ratio: int, latent_frames: int, patch: int, channels: int
 ) -> None:
     from animegamer.train.vae import VaeRecipe, build_vae
 
     recipe = VaeRecipe(block_out_channels=(4, 8, 8), norm_num_groups=2,
-                       temporal_compression=ratio)
+                       temporal_compression=ratio, latent_channels=channels)
     build_vae(recipe, 64, 96).save_pretrained(tmp_path / "vae")
     pipeline = decoder_phase.tiny_training_pipeline(
         TinyInit(vae=tmp_path / "vae", patch_size=patch), 32, 32, levels_of(dataset)
     )
-    assert pipeline.transformer.config.temporal_compression_ratio == ratio
+    config = pipeline.transformer.config
+    assert config.temporal_compression_ratio == ratio
+    assert config.in_channels == config.out_channels == channels
     encoded = pipeline.vae.encode(torch.zeros(1, 3, 17, 64, 96)).latent_dist.mean
-    assert tuple(encoded.shape) == (1, 16, latent_frames, 16, 24)
-    assert pipeline.latent_shape()[1] == latent_frames
+    assert tuple(encoded.shape) == (1, channels, latent_frames, 16, 24)
+    assert pipeline.latent_shape()[1:3] == (latent_frames, channels)
     representation = torch.randn(1, 226, 64)
     frames = pipeline(representation, 3, num_inference_steps=2).frames
     assert frames.shape == (1, 17, 64, 96, 3)

@@ -233,15 +233,18 @@ def tiny_training_pipeline(
     sizes: TinyInit, text_width: int, image_width: int, levels: MotionLevels
 ) -> AnimeGamerPipeline:
     """Fresh random tiny models: a transformer of `sizes`, `tiny_vae()` (or the trained VAE at
-    `sizes.vae`), a shot encoder from the dataset's feature widths."""
+    `sizes.vae`, whose latent channels, size and frames the transformer takes), a shot encoder
+    from the dataset's feature widths."""
     config = tiny_transformer_config(sizes.representation_dim)
     vae_config = AutoencoderKLCogVideoX.load_config(sizes.vae) if sizes.vae else {}
     height, width = latent_size(vae_config) if sizes.vae else TINY_LATENT_SIZE
     if height % sizes.patch_size or width % sizes.patch_size:
         raise TrainError(f"a {height}x{width} latent is not a whole number of "
                          f"{sizes.patch_size}-patches")
+    channels = int(vae_config.get("latent_channels", 16))
     config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values),
                   sample_height=height, sample_width=width, patch_size=sizes.patch_size,
+                  in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
