@@ -34,15 +34,13 @@ from animegamer.data import layout
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.evaluate.metrics import level_errors, probe_scores
-from animegamer.game import make_instruction
+from animegamer.game import INSTRUCTION_FIELDS, make_instruction
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE
 from animegamer.models.game_state import GameStateModel
 from animegamer.nano.probes import PROBES, NanoProbes
 from animegamer.train.episodes import EpisodeWindow, episodes
 from animegamer.train.game_state_phase import shot_representations, target_representations
-
-INSTRUCTION_FIELDS = ("character", "adverb", "motion", "time", "place")
 
 
 def windows_of(rows: Sequence[dict[str, Any]], all_rows: Sequence[dict[str, Any]],
@@ -57,15 +55,14 @@ def windows_of(rows: Sequence[dict[str, Any]], all_rows: Sequence[dict[str, Any]
     return chosen
 
 
-def representations(source: str, windows: Sequence[EpisodeWindow], dataset: Path,
-                    pipeline: AnimeGamerPipeline, models: Path) -> torch.Tensor:
-    """[N, 226, D]: the condition each window's target shot is rendered from."""
-    encoder = pipeline.shot_encoder
-    assert encoder is not None
+def representations(source: str, windows: Sequence[EpisodeWindow],
+                    truth: dict[str, torch.Tensor], models: Path) -> torch.Tensor:
+    """[N, 226, D]: the condition each window's target shot is rendered from; `truth` maps a
+    shot id to the shot encoder's representation of that shot."""
     if source == "truth":
-        return shot_representations(encoder, dataset, [w.target for w in windows])
+        return torch.stack([truth[w.target["shot_id"]] for w in windows])
     model = GameStateModel.from_pretrained(models, device="cpu", dtype=torch.float32)
-    histories = [list(shot_representations(encoder, dataset, w.history)) for w in windows]
+    histories = [[truth[row["shot_id"]] for row in w.history] for w in windows]
     return target_representations(model, windows, histories)
 
 
@@ -108,9 +105,12 @@ def main() -> None:
     pipeline.set_progress_bar_config(disable=True)
     probes = NanoProbes()
     windows = windows_of(rows, all_rows, args.window)
+    shots = list({row["shot_id"]: row for w in windows for row in w.rows}.values())
+    encoded = shot_representations(pipeline.shot_encoder, args.dataset, shots)
+    truth = {row["shot_id"]: rep for row, rep in zip(shots, encoded, strict=True)}
     for source in args.source:
         started = time.perf_counter()
-        conditions = representations(source, windows, args.dataset, pipeline, args.models)
+        conditions = representations(source, windows, truth, args.models)
         records = []
         for index, (row, condition) in enumerate(zip(rows, conditions, strict=True)):
             output = pipeline(
