@@ -156,3 +156,23 @@ def test_pipeline_loads_in_half_precision(tmp_path):
     assert pipeline.dtype == torch.float16
     assert pipeline.motion_scope(3) == 5.0 and pipeline.representation_dim == 64
     assert pipeline.latent_shape(2) == (2, 5, 16, 8, 12)
+
+
+def _channels_apart(model: AnimeGamerTransformer3DModel, low: float, high: float) -> int:
+    """How many channels of the scope's sinusoid differ by more than 0.5 between two scopes."""
+    low_embedding, high_embedding = model.ofs_proj(torch.tensor([low, high]))
+    return int(((low_embedding - high_embedding).abs() > 0.5).sum())
+
+
+def test_motion_scope_scale_multiplies_the_scope_before_its_sinusoid(tiny_model, tmp_path):
+    config = tiny_transformer_config(64)
+    scaled = AnimeGamerTransformer3DModel(**{**config, "motion_scope_scale": 100.0}).eval()
+    scaled.load_state_dict(tiny_model.state_dict())
+    torch.testing.assert_close(_run(scaled, 0.05), _run(tiny_model, 5.0), rtol=0, atol=1e-6)
+    assert tiny_model.config.motion_scope_scale == 1.0  # the release's conditioning
+    # a world's scopes of 1..7: scaled, their sinusoids differ in many more channels
+    assert _channels_apart(scaled, 1.1, 6.7) > 2 * _channels_apart(tiny_model, 1.1, 6.7)
+    scaled.save_pretrained(tmp_path)
+    assert AnimeGamerTransformer3DModel.from_pretrained(tmp_path).ofs_proj.scale == 100.0
+    with pytest.raises(ValueError, match="motion_scope_scale"):
+        AnimeGamerTransformer3DModel(**{**config, "motion_scope_scale": 0.0})

@@ -149,6 +149,18 @@ def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
                                              levels_of(dataset))
 
 
+def test_the_recipe_sets_the_transformers_motion_scope_scale(dataset: Path) -> None:
+    levels = levels_of(dataset)
+    default = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels).transformer
+    scaled = decoder_phase.tiny_training_pipeline(
+        TinyInit(motion_scope_scale=100.0), 32, 32, levels
+    ).transformer
+    assert default.config.motion_scope_scale == 1.0 and default.ofs_proj.scale == 1.0
+    assert scaled.config.motion_scope_scale == 100.0 and scaled.ofs_proj.scale == 100.0
+    with pytest.raises(ValueError, match="greater than 0"):
+        TinyInit(motion_scope_scale=0)
+
+
 @pytest.mark.parametrize(("ratio", "latent_frames", "patch", "channels"),
                          [(2, 9, 2, 16), (1, 17, 4, 4)])
 def test_the_decoder_takes_its_vaes_latent_frames_and_channels(

@@ -79,6 +79,9 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
     * `uncond_representation` [226, inner_dim] is the unconditional row of the CFG batch, a
       constant of the released weights.
     * `motion_scopes` (config) maps motion level 1..5 to the scope value fed as `ofs`.
+    * `motion_scope_scale` multiplies the scope before its sinusoid. The release's is 1 (its
+      scopes span 0.5–40). A world whose scopes span 1–7 sets it to ~100, so they spread over
+      the frequencies as timesteps 0–999 do; at 1 only the few fastest channels tell 1 from 7.
     """
 
     @register_to_config
@@ -102,7 +105,10 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         spatial_interpolation_scale: float = 1.875,
         temporal_interpolation_scale: float = 1.0,
         motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
+        motion_scope_scale: float = 1.0,
     ):
+        if motion_scope_scale <= 0:
+            raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
         if len(motion_scopes) != 5 or any(float(v) <= 0 for v in motion_scopes):
             raise ValueError(f"motion_scopes needs 5 positive values, got {list(motion_scopes)}")
         inner_dim = num_attention_heads * attention_head_dim
@@ -131,7 +137,9 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         # diffusers declares the text projection a Linear; here it is deliberately the identity.
         self.patch_embed.text_proj = nn.Identity()  # type: ignore[assignment]
         self.norm_out.norm.eps = final_norm_eps
-        self.ofs_proj = Timesteps(inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
+        self.ofs_proj = Timesteps(
+            inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0, scale=motion_scope_scale
+        )
         self.ofs_embedding = TimestepEmbedding(inner_dim, time_embed_dim, "silu")
         self.register_buffer(
             "uncond_representation", torch.zeros(max_text_seq_length, inner_dim), persistent=True

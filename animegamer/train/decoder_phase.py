@@ -243,6 +243,7 @@ def tiny_training_pipeline(
                          f"{sizes.patch_size}-patches")
     channels = int(vae_config.get("latent_channels", 16))
     config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values),
+                  motion_scope_scale=sizes.motion_scope_scale,
                   sample_height=height, sample_width=width, patch_size=sizes.patch_size,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))

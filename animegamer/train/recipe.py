@@ -106,6 +106,8 @@ class TinyInit(_Section):
     patch_size: int = Field(default=2, gt=0)
     """Latent pixels per token side; the latent's size follows from the VAE (its sample size
     over its spatial compression) and must be a multiple of it."""
+    motion_scope_scale: float = Field(default=1.0, gt=0)
+    """The transformer's `motion_scope_scale`: the motion scope's factor before its sinusoid."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
