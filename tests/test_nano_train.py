@@ -60,3 +60,15 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_use_a_4x_vae(path)
     assert len(recipe.vae.block_out_channels) == 3
     assert recipe.vae.train_crop == (32, 48) and recipe.vae.motion_weight > 0
     assert recipe.decoder.init.tiny.patch_size == 2
+
+
+def test_the_v8_candidate_recipe_is_1x_in_time_with_a_scaled_motion_scope():
+    from animegamer.nano.vocabulary import world_words
+    from animegamer.train.game_state_phase import GameStateRecipe
+    from animegamer.train.recipe import load_recipe
+
+    recipe = load_recipe(nano_cli.NANO_RECIPE.parent / "nano-v8.yaml")
+    assert GameStateRecipe.model_validate(recipe.game_state).init.tiny.words == world_words()
+    assert (recipe.vae.temporal_compression, recipe.vae.latent_channels) == (1, 4)
+    tiny = recipe.decoder.init.tiny
+    assert (tiny.patch_size, tiny.motion_scope_scale) == (4, 100.0)
