@@ -137,8 +137,10 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         # diffusers declares the text projection a Linear; here it is deliberately the identity.
         self.patch_embed.text_proj = nn.Identity()  # type: ignore[assignment]
         self.norm_out.norm.eps = final_norm_eps
+        # `Timesteps` annotates `scale` as int; it only multiplies the sinusoid's arguments
         self.ofs_proj = Timesteps(
-            inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0, scale=motion_scope_scale
+            inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0,
+            scale=motion_scope_scale,  # type: ignore[arg-type]
         )
         self.ofs_embedding = TimestepEmbedding(inner_dim, time_embed_dim, "silu")
         self.register_buffer(
