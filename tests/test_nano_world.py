@@ -276,6 +276,8 @@ def test_world_refuses_a_folder_that_is_not_a_world(tmp_path: Path,
     assert nano_main(["world", "--out", str(tmp_path), "--shots", "1"]) == 2
     assert "holds no Nano world" in capsys.readouterr().err
     assert nano_main(["world", "--out", str(tmp_path / "w"), "--shots", "0"]) == 2
+    assert nano_main(["world", "--out", str(tmp_path / "w"), "--tower-token-weight", "-1"]) == 2
+    assert "--tower-token-weight" in capsys.readouterr().err
 
 
 def test_options_are_plain_dataclasses() -> None:

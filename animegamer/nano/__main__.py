@@ -1,7 +1,7 @@
 """AnimeGamer-Nano from one command each:
 
     python -m animegamer.nano world --out DATASET [--shots N] [--seed S] [--episode-length L]
-        [--tower-steps N]
+        [--tower-steps N] [--tower-token-weight W]
     python -m animegamer.nano train --dataset DATASET --out RUN [--quick | --recipe R] [--resume]
         [--install]
 
@@ -46,6 +46,9 @@ def _add_world(commands: argparse._SubParsersAction) -> None:
     world.add_argument("--tower-steps", type=int, default=TowerTraining().steps,
                        help="training steps of the world's image tower, which the features come "
                             f"from (default {TowerTraining().steps}; tests use a few)")
+    world.add_argument("--tower-token-weight", type=float, default=TowerTraining().token_weight,
+                       help="weight of the image tower's term asking every token to name the "
+                            "character, place and time (default 0: only the best token)")
     world.add_argument("--workers", type=int, default=2,
                        help="threads measuring and encoding shots (default 2)")
     world.set_defaults(run=run_world)
@@ -80,10 +83,14 @@ def run_world(args: argparse.Namespace) -> int:
         raise DataError("--shots, --episode-length, --workers and --tower-steps must be at least 1")
     if not 0 <= args.test_fraction < 1:
         raise DataError("--test-fraction must be in [0, 1)")
+    if args.tower_token_weight < 0:
+        raise DataError("--tower-token-weight must be at least 0")
     options = WorldOptions(
         out=args.out, shots=args.shots, seed=args.seed, episode_length=args.episode_length,
         characters=tuple(args.characters), test_fraction=args.test_fraction,
-        workers=args.workers, tower=TowerTraining(steps=args.tower_steps, seed=args.seed),
+        workers=args.workers, tower=TowerTraining(
+            steps=args.tower_steps, seed=args.seed, token_weight=args.tower_token_weight
+        ),
     )
     started = time.perf_counter()
     try:
