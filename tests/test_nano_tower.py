@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from transformers import CLIPVisionModel
 
 from animegamer.game import make_instruction
 from animegamer.models.shot_encoder import clip_pixel_values, image_features
@@ -31,7 +32,17 @@ def _scene_pairs() -> tuple[np.ndarray, np.ndarray]:
     return np.stack(frames["Qiqi"]), np.stack(frames["Sosuke"])
 
 
-def _character_gap(tower: torch.nn.Module, qiqi: np.ndarray, sosuke: np.ndarray) -> float:
+def _training_set(qiqi: np.ndarray, sosuke: np.ndarray) -> tuple[np.ndarray, dict[str, list[str]]]:
+    """The scene pairs as one set of frames and their character, place and time labels."""
+    labels = {
+        "character": ["Qiqi"] * len(qiqi) + ["Sosuke"] * len(sosuke),
+        "place": [p for p in PLACES for _ in TIMES] * 2,
+        "time": list(TIMES) * len(PLACES) * 2,
+    }
+    return np.concatenate([qiqi, sosuke]), labels
+
+
+def _character_gap(tower: CLIPVisionModel, qiqi: np.ndarray, sosuke: np.ndarray) -> float:
     """Mean over scenes of 1 − cos between the two characters' most different tokens (top 5):
     the scene and the pose are the same, so only who stands there differs."""
     with torch.no_grad():
@@ -45,12 +56,7 @@ def test_training_makes_the_tokens_tell_the_characters_apart() -> None:
     qiqi, sosuke = _scene_pairs()
     tower = tiny_shot_towers(32, seed=0).image_encoder
     before = _character_gap(tower, qiqi, sosuke)
-    frames = np.concatenate([qiqi, sosuke])
-    labels = {
-        "character": ["Qiqi"] * len(qiqi) + ["Sosuke"] * len(sosuke),
-        "place": [p for p in PLACES for _ in TIMES] * 2,
-        "time": list(TIMES) * len(PLACES) * 2,
-    }
+    frames, labels = _training_set(qiqi, sosuke)
     accuracy = train_world_tower(tower, frames, labels, TowerTraining(steps=60, batch_size=16))
     after = _character_gap(tower, qiqi, sosuke)
     assert accuracy["character"] == 1.0 and accuracy["place"] == 1.0, accuracy
@@ -58,7 +64,7 @@ def test_training_makes_the_tokens_tell_the_characters_apart() -> None:
     assert not tower.training
 
 
-def _token_readout_accuracy(tower: torch.nn.Module, qiqi: np.ndarray, sosuke: np.ndarray) -> float:
+def _token_readout_accuracy(tower: CLIPVisionModel, qiqi: np.ndarray, sosuke: np.ndarray) -> float:
     """How often one least-squares linear readout, shared by all 196 tokens, names the character
     from a single token: near 1 only when every token, not just the sprite's few, says who."""
     with torch.no_grad():
@@ -75,12 +81,7 @@ def test_the_token_term_makes_every_token_tell_the_characters_apart() -> None:
     qiqi, sosuke = _scene_pairs()
     tower = tiny_shot_towers(32, seed=0).image_encoder
     before = _token_readout_accuracy(tower, qiqi, sosuke)
-    frames = np.concatenate([qiqi, sosuke])
-    labels = {
-        "character": ["Qiqi"] * len(qiqi) + ["Sosuke"] * len(sosuke),
-        "place": [p for p in PLACES for _ in TIMES] * 2,
-        "time": list(TIMES) * len(PLACES) * 2,
-    }
+    frames, labels = _training_set(qiqi, sosuke)
     training = TowerTraining(steps=200, batch_size=16, token_weight=1.0)
     accuracy = train_world_tower(tower, frames, labels, training)
     after = _token_readout_accuracy(tower, qiqi, sosuke)

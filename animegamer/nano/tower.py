@@ -62,8 +62,9 @@ def train_world_tower(
 ) -> dict[str, float]:
     """Train `tower` in place on uint8 frames [N, H, W, 3] to tell each label set (e.g.
     character, place, time: one name per frame) from its tokens: one linear head per set, the
-    maximum of its scores over the tokens is the frame's. Returns each set's accuracy over the
-    frames at the end (the tower is left in eval mode)."""
+    maximum of its scores over the tokens is the frame's (and, weighed by
+    `training.token_weight`, each token's own scores must name the label too). Returns each
+    set's accuracy over the frames at the end (the tower is left in eval mode)."""
     count = len(frames)
     if training.token_weight < 0:
         raise ValueError(f"token_weight must be at least 0, got {training.token_weight}")
@@ -88,11 +89,12 @@ def train_world_tower(
         loss = torch.zeros(())
         for key, target in targets.items():
             scores = heads[key](tokens)
-            every_token = target[picked].repeat_interleave(scores.shape[1])
             loss = loss + nn.functional.cross_entropy(scores.amax(dim=1), target[picked])
-            loss = loss + training.token_weight * nn.functional.cross_entropy(
-                scores.flatten(0, 1), every_token
-            )
+            if training.token_weight:
+                every_token = target[picked].repeat_interleave(scores.shape[1])
+                loss = loss + training.token_weight * nn.functional.cross_entropy(
+                    scores.flatten(0, 1), every_token
+                )
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
