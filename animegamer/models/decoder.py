@@ -47,6 +47,7 @@ from animegamer.models.decoder_defaults import (
     DEFAULT_SAMPLE_FRAMES,
     DEFAULT_STEPS,
 )
+from animegamer.models.noise_prior import FrameCorrelatedNoise
 from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.shot_encoder import (
     AnimeGamerShotEncoder,
@@ -82,6 +83,8 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
     * `motion_scope_scale` multiplies the scope before its sinusoid. The release's is 1 (its
       scopes span 0.5–40). A world whose scopes span 1–7 sets it to ~100, so they spread over
       the frequencies as timesteps 0–999 do; at 1 only the few fastest channels tell 1 from 7.
+    * `noise_correlation` is the correlation over frames of the diffusion noise the model was
+      trained on (`FrameCorrelatedNoise`); the release's is 0, independent noise.
     """
 
     @register_to_config
@@ -106,7 +109,9 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         temporal_interpolation_scale: float = 1.0,
         motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
         motion_scope_scale: float = 1.0,
+        noise_correlation: float = 0.0,
     ):
+        FrameCorrelatedNoise(noise_correlation)  # checks its range
         if motion_scope_scale <= 0:
             raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
         if len(motion_scopes) != 5 or any(float(v) <= 0 for v in motion_scopes):
@@ -512,7 +517,10 @@ class AnimeGamerPipeline(DiffusionPipeline):
                 `1 + g·(1 − cos(π·((N − t)/N)⁵))/2` at timestep t of N steps (the release: 6).
             generator: the noise's torch generator (or one per shot); the initial noise is drawn
                 on its device, fp32, and the scheduler's noise comes from it too.
-            latents: initial noise [B, T, C, H, W] to use instead of drawing it.
+            latents: initial noise [B, T, C, H, W] to use instead of drawing it. A transformer
+                trained on frame-correlated noise (`noise_correlation` > 0) is sampled in the
+                whitened space of `FrameCorrelatedNoise`, so these, and the latents that
+                `callback_on_step_end` sees, are that space's independent noise.
             output_type: `"np"` (uint8 frames), `"pt"` (float frames) or `"latent"`; see
                 `AnimeGamerPipelineOutput`.
             return_dict: return an `AnimeGamerPipelineOutput` rather than a 1-tuple.
@@ -541,6 +549,12 @@ class AnimeGamerPipeline(DiffusionPipeline):
         device = self._execution_device
         latents = self.prepare_latents(representation.shape[0], device, generator, latents)
         predict = self.predict_fn(representation.to(device), scopes, device)
+        noise = FrameCorrelatedNoise(self.transformer.config.noise_correlation)
+        if not noise.is_independent:
+            network = predict
+
+            def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
+                return noise.whiten(network(noise.color(latents), timestep))
         # a scheduler of this call's own: `set_timesteps` mutates it, and turns may overlap
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
 
@@ -564,6 +578,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
                 generator=generator,
                 step_end=step_end,
             )
+        latents = noise.color(latents)
 
         frames: np.ndarray | torch.Tensor
         if output_type == "latent":

@@ -32,6 +32,7 @@ from animegamer.models.decoder import (
     AnimeGamerTransformer3DModel,
     scheduler_config,
 )
+from animegamer.models.noise_prior import FrameCorrelatedNoise
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.train.loop import (
@@ -202,24 +203,32 @@ def v_prediction_loss(
     motion_scopes: torch.Tensor,
     generator: torch.Generator,
     motion_weight: float = 0.0,
+    noise: FrameCorrelatedNoise | None = None,
     **condition: torch.Tensor,
 ) -> torch.Tensor:
     """CogVideoX's loss: t uniform over the training timesteps, x_t = add_noise(x0, ε, t),
-    MSE between the network's output and the velocity v(x0, ε, t); with `motion_weight` > 0,
-    the mean is weighted by `motion_weights` of the clean latents."""
+    MSE between the network's output and the velocity v(x0, ε, t); ε is drawn from `noise`
+    (independent when None); with `motion_weight` > 0, the mean is weighted by
+    `motion_weights` of the clean latents."""
     batch = latents.shape[0]
-    noise = torch.randn(latents.shape, generator=generator).to(latents)
+    prior = noise if noise is not None else FrameCorrelatedNoise()
+    noise_sample = prior.sample(tuple(latents.shape), generator).to(latents)
     steps = scheduler.config["num_train_timesteps"]
     drawn = torch.randint(0, steps, (batch,), generator=generator).to(latents.device)
     timesteps = cast(torch.IntTensor, drawn)  # diffusers' annotation; any integer tensor works
-    noisy = scheduler.add_noise(latents, noise, timesteps)
-    target = scheduler.get_velocity(latents, noise, timesteps)
+    noisy = scheduler.add_noise(latents, noise_sample, timesteps)
+    target = scheduler.get_velocity(latents, noise_sample, timesteps)
     prediction = model(noisy, timesteps, motion_scopes, **condition)
     if motion_weight == 0:
         return F.mse_loss(prediction.float(), target.float())
     weights = motion_weights(latents.float(), motion_weight).expand_as(prediction)
     squared = (prediction.float() - target.float()).square()
     return (weights * squared).sum() / weights.sum()
+
+
+def noise_prior(pipeline: AnimeGamerPipeline) -> FrameCorrelatedNoise:
+    """The diffusion noise the pipeline's transformer is trained and sampled with."""
+    return FrameCorrelatedNoise(pipeline.transformer.config.noise_correlation)
 
 
 def train_rows(dataset: Path) -> list[dict[str, Any]]:
@@ -244,6 +253,7 @@ def tiny_training_pipeline(
     channels = int(vae_config.get("latent_channels", 16))
     config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values),
                   motion_scope_scale=sizes.motion_scope_scale,
+                  noise_correlation=sizes.noise_correlation,
                   sample_height=height, sample_width=width, patch_size=sizes.patch_size,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
@@ -435,6 +445,7 @@ def train_decoder(
     warmup = settings.warmup_steps
     total = warmup + settings.joint_steps
     stop = total if max_steps is None else min(total, max_steps)
+    noise = noise_prior(pipeline)
 
     def make_loss(wrapped: nn.Module) -> MicroLoss:
         device = accelerator.device
@@ -451,7 +462,7 @@ def train_decoder(
             )
             return v_prediction_loss(
                 wrapped, scheduler, latents, batch["motion_scope"], generator,
-                settings.motion_weight, text_features=text, image_features=image,
+                settings.motion_weight, noise, text_features=text, image_features=image,
             )
 
         return micro_loss
@@ -554,6 +565,8 @@ def adapt(
         uncond = transformer.uncond_representation.to(predicted)
         return torch.where(drop.to(device)[:, None, None], uncond, predicted)
 
+    noise = noise_prior(pipeline)
+
     def make_loss(wrapped: nn.Module) -> MicroLoss:
         def micro_loss(micro: int, generator: torch.Generator) -> torch.Tensor:
             indices = sample_indices(
@@ -566,7 +579,7 @@ def adapt(
             latents = draw_latents(batch["latent_mean"], batch["latent_std"], scaling, generator)
             return v_prediction_loss(
                 wrapped, scheduler, latents, batch["motion_scope"], generator,
-                settings.motion_weight, representation=condition(chosen, generator),
+                settings.motion_weight, noise, representation=condition(chosen, generator),
             )
 
         return micro_loss

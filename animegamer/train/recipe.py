@@ -108,6 +108,9 @@ class TinyInit(_Section):
     over its spatial compression) and must be a multiple of it."""
     motion_scope_scale: float = Field(default=1.0, gt=0)
     """The transformer's `motion_scope_scale`: the motion scope's factor before its sinusoid."""
+    noise_correlation: float = Field(default=0.0, ge=0, lt=1)
+    """The transformer's `noise_correlation`: the share of the diffusion noise's variance that
+    its frames have in common, in training and sampling (`FrameCorrelatedNoise`)."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
