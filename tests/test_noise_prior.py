@@ -119,7 +119,7 @@ def test_training_noises_the_latents_with_the_transformers_prior(rho: float) -> 
 
     decoder_phase.v_prediction_loss(
         recording_model, pipeline.scheduler, torch.zeros(32, 5, 16, 8, 12), torch.ones(32),
-        torch.Generator().manual_seed(6), noise=decoder_phase.noise_prior(pipeline),
+        torch.Generator().manual_seed(6), noise=pipeline.noise_prior,
     )
     assert abs(frame_correlation(seen[0]) - rho) < 0.05
 

@@ -452,10 +452,17 @@ class AnimeGamerPipeline(DiffusionPipeline):
             latents = randn_tensor(shape, generator=generator, device=device, dtype=torch.float32)
         return latents.to(device=device, dtype=torch.float32) * self.scheduler.init_noise_sigma
 
+    @property
+    def noise_prior(self) -> FrameCorrelatedNoise:
+        """The diffusion noise the transformer was trained on, and is sampled with."""
+        return FrameCorrelatedNoise(self.transformer.config.noise_correlation)
+
     def predict_fn(
         self, representation: torch.Tensor, scopes: Sequence[float], device: torch.device
     ) -> PredictFn:
-        """The transformer on the [uncond, cond] batch; each shot's scope goes to both its rows."""
+        """The transformer on the [uncond, cond] batch; each shot's scope goes to both its rows.
+
+        Under frame-correlated noise it takes and gives the sampler's whitened latents."""
         transformer = self.transformer
         uncond = transformer.uncond_representation.to(device=device, dtype=transformer.dtype)
         cond = representation.to(uncond)
@@ -473,7 +480,10 @@ class AnimeGamerPipeline(DiffusionPipeline):
                     return_dict=False,
                 )[0]
 
-        return predict
+        noise = self.noise_prior
+        if noise.is_independent:
+            return predict
+        return lambda latents, timestep: noise.whiten(predict(noise.color(latents), timestep))
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Latents [B, T, C, H, W] → video [B, 3, F, H, W] in [-1, 1], in the VAE's dtype.
@@ -549,12 +559,6 @@ class AnimeGamerPipeline(DiffusionPipeline):
         device = self._execution_device
         latents = self.prepare_latents(representation.shape[0], device, generator, latents)
         predict = self.predict_fn(representation.to(device), scopes, device)
-        noise = FrameCorrelatedNoise(self.transformer.config.noise_correlation)
-        if not noise.is_independent:
-            network = predict
-
-            def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
-                return noise.whiten(network(noise.color(latents), timestep))
         # a scheduler of this call's own: `set_timesteps` mutates it, and turns may overlap
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
 
@@ -578,7 +582,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
                 generator=generator,
                 step_end=step_end,
             )
-        latents = noise.color(latents)
+        latents = self.noise_prior.color(latents)
 
         frames: np.ndarray | torch.Tensor
         if output_type == "latent":

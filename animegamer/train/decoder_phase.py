@@ -226,11 +226,6 @@ def v_prediction_loss(
     return (weights * squared).sum() / weights.sum()
 
 
-def noise_prior(pipeline: AnimeGamerPipeline) -> FrameCorrelatedNoise:
-    """The diffusion noise the pipeline's transformer is trained and sampled with."""
-    return FrameCorrelatedNoise(pipeline.transformer.config.noise_correlation)
-
-
 def train_rows(dataset: Path) -> list[dict[str, Any]]:
     rows = read_rows(dataset).get("train")
     if not rows:
@@ -445,7 +440,7 @@ def train_decoder(
     warmup = settings.warmup_steps
     total = warmup + settings.joint_steps
     stop = total if max_steps is None else min(total, max_steps)
-    noise = noise_prior(pipeline)
+    noise = pipeline.noise_prior
 
     def make_loss(wrapped: nn.Module) -> MicroLoss:
         device = accelerator.device
@@ -565,7 +560,7 @@ def adapt(
         uncond = transformer.uncond_representation.to(predicted)
         return torch.where(drop.to(device)[:, None, None], uncond, predicted)
 
-    noise = noise_prior(pipeline)
+    noise = pipeline.noise_prior
 
     def make_loss(wrapped: nn.Module) -> MicroLoss:
         def micro_loss(micro: int, generator: torch.Generator) -> torch.Tensor:
