@@ -14,7 +14,7 @@ from animegamer.models.decoder import (
     scheduler_config,
 )
 from animegamer.models.noise_prior import FrameCorrelatedNoise
-from animegamer.models.tiny_decoder import tiny_transformer_config, tiny_vae
+from animegamer.models.tiny_decoder import tiny_pipeline, tiny_transformer_config
 from animegamer.train import decoder_phase
 from animegamer.train.recipe import TinyInit
 
@@ -79,13 +79,9 @@ def test_a_correlation_outside_0_to_1_is_refused(rho: float) -> None:
 
 
 def _tiny_pipeline(rho: float) -> AnimeGamerPipeline:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        transformer = AnimeGamerTransformer3DModel(
-            **tiny_transformer_config(64), noise_correlation=rho
-        )
-    scheduler = CogVideoXDPMScheduler(**scheduler_config())
-    pipeline = AnimeGamerPipeline(transformer, tiny_vae(), scheduler)
+    """The project's tiny random pipeline, its transformer told it was trained at `rho`."""
+    pipeline = tiny_pipeline()
+    pipeline.transformer.register_to_config(noise_correlation=rho)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
 

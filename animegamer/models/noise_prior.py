@@ -65,3 +65,7 @@ class FrameCorrelatedNoise:
         """Noise of this prior, fp32 on the generator's device."""
         device = generator.device if generator is not None else None
         return self.color(torch.randn(shape, generator=generator, device=device))
+
+
+INDEPENDENT_NOISE = FrameCorrelatedNoise()
+"""The release's prior: independent noise in every frame."""

@@ -32,7 +32,7 @@ from animegamer.models.decoder import (
     AnimeGamerTransformer3DModel,
     scheduler_config,
 )
-from animegamer.models.noise_prior import FrameCorrelatedNoise
+from animegamer.models.noise_prior import INDEPENDENT_NOISE, FrameCorrelatedNoise
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.train.loop import (
@@ -203,16 +203,14 @@ def v_prediction_loss(
     motion_scopes: torch.Tensor,
     generator: torch.Generator,
     motion_weight: float = 0.0,
-    noise: FrameCorrelatedNoise | None = None,
+    noise: FrameCorrelatedNoise = INDEPENDENT_NOISE,
     **condition: torch.Tensor,
 ) -> torch.Tensor:
     """CogVideoX's loss: t uniform over the training timesteps, x_t = add_noise(x0, ε, t),
-    MSE between the network's output and the velocity v(x0, ε, t); ε is drawn from `noise`
-    (independent when None); with `motion_weight` > 0, the mean is weighted by
-    `motion_weights` of the clean latents."""
+    MSE between the network's output and the velocity v(x0, ε, t); ε is drawn from `noise`;
+    with `motion_weight` > 0, the mean is weighted by `motion_weights` of the clean latents."""
     batch = latents.shape[0]
-    prior = noise if noise is not None else FrameCorrelatedNoise()
-    noise_sample = prior.sample(tuple(latents.shape), generator).to(latents)
+    noise_sample = noise.sample(tuple(latents.shape), generator).to(latents)
     steps = scheduler.config["num_train_timesteps"]
     drawn = torch.randint(0, steps, (batch,), generator=generator).to(latents.device)
     timesteps = cast(torch.IntTensor, drawn)  # diffusers' annotation; any integer tensor works
