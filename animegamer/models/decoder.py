@@ -50,6 +50,8 @@ from animegamer.models.decoder_defaults import (
 from animegamer.models.noise_prior import FrameCorrelatedNoise
 from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.shot_encoder import (
+    IMAGE_TOKENS,
+    TEXT_TOKENS,
     AnimeGamerShotEncoder,
     clip_pixel_values,
     image_features,
@@ -85,6 +87,14 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
       the frequencies as timesteps 0–999 do; at 1 only the few fastest channels tell 1 from 7.
     * `noise_correlation` is the correlation over frames of the diffusion noise the model was
       trained on (`FrameCorrelatedNoise`); the release's is 0, independent noise.
+    * `reference_channels` > 0 adds a spatial reference, as CogVideoX's image-to-video model
+      concatenates an image's latent to the noisy one: the representation's image tokens (the
+      first frame's 14×14 patch grid) are projected to that many channels, resized to the
+      latent's height and width and given to every latent frame as extra input channels (the
+      background stays where the first frame has it; the positional embedding says which frame
+      is the first). Joint attention alone has to learn which of the 196 tokens lies where in
+      the latent; a model trained from scratch on a CPU does not learn that in its budget and
+      paints an average scene (docs/nano-experiments.md). The release's is 0.
     """
 
     @register_to_config
@@ -110,8 +120,11 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
         motion_scope_scale: float = 1.0,
         noise_correlation: float = 0.0,
+        reference_channels: int = 0,
     ):
         FrameCorrelatedNoise(noise_correlation)  # checks its range
+        if reference_channels < 0:
+            raise ValueError(f"reference_channels must be at least 0, got {reference_channels}")
         if motion_scope_scale <= 0:
             raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
         if len(motion_scopes) != 5 or any(float(v) <= 0 for v in motion_scopes):
@@ -123,7 +136,7 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
             self,
             num_attention_heads=num_attention_heads,
             attention_head_dim=attention_head_dim,
-            in_channels=in_channels,
+            in_channels=in_channels + reference_channels,
             out_channels=out_channels,
             time_embed_dim=time_embed_dim,
             text_embed_dim=inner_dim,
@@ -151,6 +164,32 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         self.register_buffer(
             "uncond_representation", torch.zeros(max_text_seq_length, inner_dim), persistent=True
         )
+        self.reference_proj = (
+            nn.Linear(inner_dim, reference_channels) if reference_channels else None
+        )
+
+    def spatial_reference(self, encoder_hidden_states: torch.Tensor, frames: int, height: int,
+                          width: int) -> torch.Tensor:
+        """[B, frames, reference_channels, height, width]: the image tokens' projection laid on
+        their 14×14 grid and resized to the latent, the same in every frame."""
+        assert self.reference_proj is not None
+        batch = encoder_hidden_states.shape[0]
+        side = math.isqrt(IMAGE_TOKENS)
+        grid = self.reference_proj(encoder_hidden_states[:, TEXT_TOKENS:])
+        grid = grid.transpose(1, 2).reshape(batch, -1, side, side)
+        reference = nn.functional.interpolate(grid, size=(height, width), mode="bilinear",
+                                              align_corners=False)
+        return reference[:, None].expand(batch, frames, *reference.shape[1:])
+
+    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                *args: Any, **kwargs: Any) -> Any:
+        """The parent's forward, with the spatial reference concatenated to the latent's
+        channels when the model has one."""
+        if self.reference_proj is not None:
+            frames, _, height, width = hidden_states.shape[1:]
+            reference = self.spatial_reference(encoder_hidden_states, frames, height, width)
+            hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
+        return super().forward(hidden_states, encoder_hidden_states, *args, **kwargs)
 
 
 def _is_int(value: object) -> bool:

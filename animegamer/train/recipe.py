@@ -111,6 +111,9 @@ class TinyInit(_Section):
     noise_correlation: float = Field(default=0.0, ge=0, lt=1)
     """The transformer's `noise_correlation`: the share of the diffusion noise's variance that
     its frames have in common, in training and sampling (`FrameCorrelatedNoise`)."""
+    reference_channels: int = Field(default=0, ge=0)
+    """The transformer's `reference_channels`: the channels of the spatial reference (the
+    image tokens laid on the first latent frame); 0 for none, as in the release."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
