@@ -49,7 +49,10 @@ def test_install_refuses_an_incomplete_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("path", [nano_cli.NANO_RECIPE, nano_cli.QUICK_RECIPE])
-def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_use_a_4x_vae(path):
+def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(path):
+    """The shipped recipe and the quick one the tests train share its path: a VAE 1× in time
+    (a moving sprite is not blurred across frames), 4×4 latent patches, frame-correlated noise
+    and the spatial reference."""
     from animegamer.nano.vocabulary import world_words
     from animegamer.train.game_state_phase import GameStateRecipe
     from animegamer.train.recipe import load_recipe
@@ -59,7 +62,10 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_use_a_4x_vae(path)
     assert game_state.init.tiny.words == world_words()
     assert len(recipe.vae.block_out_channels) == 3
     assert recipe.vae.train_crop == (32, 48) and recipe.vae.motion_weight > 0
-    assert recipe.decoder.init.tiny.patch_size == 2
+    assert (recipe.vae.temporal_compression, recipe.vae.latent_channels) == (1, 4)
+    tiny = recipe.decoder.init.tiny
+    assert (tiny.patch_size, tiny.motion_scope_scale, tiny.noise_correlation) == (4, 100.0, 0.9)
+    assert tiny.reference_channels > 0
 
 
 def test_the_v8_candidate_recipe_is_1x_in_time_with_a_scaled_motion_scope():
