@@ -212,6 +212,25 @@ def test_trainable_sets_of_each_stage(dataset: Path) -> None:
     assert set(decoder_phase.trainable_names(adapted)) == ofs | adaln | lora
 
 
+def test_a_lora_decoder_trains_its_spatial_reference_beside_the_lora(dataset: Path) -> None:
+    """The reference's projection and the patch embedding that reads its channels are new
+    conditioning paths: the joint and adapt stages train them; warm-up does not."""
+    pipeline = decoder_phase.tiny_training_pipeline(
+        TinyInit(reference_channels=3), 32, 32, levels_of(dataset)
+    )
+    model = decoder_phase.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
+    reference = {f"transformer.{layer}.{w}" for layer in ("reference_proj", "patch_embed.proj")
+                 for w in ("weight", "bias")}
+    decoder_phase.set_trainable(model, "warmup")
+    assert not reference & set(decoder_phase.trainable_names(model))
+    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
+    for stage in ("joint", "adapt"):
+        decoder_phase.set_trainable(model, stage)
+        names = set(decoder_phase.trainable_names(model))
+        assert reference <= names
+        assert "transformer.transformer_blocks.0.ff.net.0.proj.weight" not in names
+
+
 def test_full_mode_trains_every_transformer_weight(dataset: Path) -> None:
     """For fresh random models: nothing of the transformer stays frozen, and no LoRA."""
     model = _tiny_model(dataset)

@@ -4,10 +4,12 @@ adaptation to the game-state model's predictions.
 Phase a (`train_decoder`) has two stages. Warm-up trains the shot encoder (projections and
 norms) and the transformer's motion-scope MLP (`ofs_embedding`); the rest of the transformer is
 frozen. Joint adds the adaLN modulation layers (`norm1.linear`, `norm2.linear` of every block,
-`norm_out.linear`) and a LoRA on the blocks' attention projections. Phase c (`adapt`) freezes the
-shot encoder and the game-state model; the game-state model's prediction of each target shot
-(history teacher-forced) is the condition, and the motion-scope MLP, the adaLN layers and a new
-LoRA train. Both use CogVideoX's v-prediction loss with the pipeline's scheduler. The LoRA is
+`norm_out.linear`) and a LoRA on the blocks' attention projections, and, for a transformer with a
+spatial reference (`reference_channels`), that reference's projection and the patch embedding
+that reads it. Phase c (`adapt`) freezes the shot encoder and the game-state model; the
+game-state model's prediction of each target shot (history teacher-forced) is the condition,
+and the motion-scope MLP, the adaLN layers, the spatial reference's layers and a new LoRA
+train. Both use CogVideoX's v-prediction loss with the pipeline's scheduler. The LoRA is
 merged before the pipeline is saved, with the shot encoder's unconditional representation and
 the dataset's motion-level values in the transformer, so play feeds what training saw.
 """
@@ -151,6 +153,9 @@ def set_trainable(model: ConditionedDecoder, stage: Stage, full: bool = False) -
         for name, parameter in model.transformer.named_parameters():
             if ".lora_A." in name or ".lora_B." in name:
                 parameter.requires_grad_(True)
+        if model.transformer.reference_proj is not None:
+            model.transformer.reference_proj.requires_grad_(True)
+            model.transformer.patch_embed.proj.requires_grad_(True)
 
 
 def trainable_names(module: nn.Module) -> list[str]:

@@ -113,7 +113,7 @@ class TinyInit(_Section):
     its frames have in common, in training and sampling (`FrameCorrelatedNoise`)."""
     reference_channels: int = Field(default=0, ge=0)
     """The transformer's `reference_channels`: the channels of the spatial reference (the
-    image tokens laid on the first latent frame); 0 for none, as in the release."""
+    image tokens laid on every latent frame); 0 for none, as in the release."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
