@@ -3,17 +3,17 @@ laid on their 14×14 grid, as extra input channels of every latent frame."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from animegamer.data.flow import MotionLevels
 from animegamer.models.decoder import AnimeGamerTransformer3DModel
-from animegamer.models.shot_encoder import TEXT_TOKENS
+from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.shot_encoder import IMAGE_TOKENS, TEXT_TOKENS
 from animegamer.models.tiny_decoder import tiny_transformer_config
-from animegamer.train import decoder_phase
-from animegamer.train.recipe import TinyInit
 
-GRID = 14
+GRID = math.isqrt(IMAGE_TOKENS)
 FRAMES, CHANNELS, HEIGHT, WIDTH = 5, 16, 8, 12
 
 
@@ -26,7 +26,7 @@ def _model(reference_channels: int) -> AnimeGamerTransformer3DModel:
 def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
     latents = torch.randn(2, FRAMES, CHANNELS, HEIGHT, WIDTH, generator=generator)
-    return latents, torch.randn(2, 226, 64, generator=generator)
+    return latents, torch.randn(2, REPRESENTATION_TOKENS, 64, generator=generator)
 
 
 def _run(model: AnimeGamerTransformer3DModel, latents: torch.Tensor,
@@ -103,12 +103,3 @@ def test_the_first_frames_image_tokens_reach_the_network_through_the_reference()
 def test_negative_reference_channels_are_refused() -> None:
     with pytest.raises(ValueError, match="reference_channels"):
         _model(-1)
-
-
-def test_the_recipe_sets_the_transformers_reference_channels() -> None:
-    levels = MotionLevels((1.0, 2.0, 3.0, 4.0), (1.0, 1.5, 2.5, 3.5, 5.0))
-    transformer = decoder_phase.tiny_training_pipeline(
-        TinyInit(reference_channels=4), 32, 32, levels
-    ).transformer
-    assert transformer.config.reference_channels == 4
-    assert transformer.reference_proj is not None

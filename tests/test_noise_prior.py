@@ -7,7 +7,6 @@ import pytest
 import torch
 from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 
-from animegamer.data.flow import MotionLevels
 from animegamer.models.decoder import (
     AnimeGamerPipeline,
     AnimeGamerTransformer3DModel,
@@ -118,11 +117,3 @@ def test_training_noises_the_latents_with_the_transformers_prior(rho: float) -> 
         torch.Generator().manual_seed(6), noise=pipeline.noise_prior,
     )
     assert abs(frame_correlation(seen[0]) - rho) < 0.05
-
-
-def test_the_recipe_sets_the_transformers_noise_correlation() -> None:
-    levels = MotionLevels((1.0, 2.0, 3.0, 4.0), (1.0, 1.5, 2.5, 3.5, 5.0))
-    transformer = decoder_phase.tiny_training_pipeline(
-        TinyInit(noise_correlation=0.5), 32, 32, levels
-    ).transformer
-    assert transformer.config.noise_correlation == 0.5

@@ -149,14 +149,30 @@ def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
                                              levels_of(dataset))
 
 
-def test_the_recipe_sets_the_transformers_motion_scope_scale(dataset: Path) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "release", "built"),
+    [
+        ("motion_scope_scale", 100.0, 1.0, lambda p: p.transformer.ofs_proj.scale),
+        ("noise_correlation", 0.5, 0.0, lambda p: p.noise_prior.correlation),
+        ("reference_channels", 4, 0,
+         lambda p: p.transformer.patch_embed.proj.in_channels - p.transformer.config.in_channels),
+    ],
+    ids=["motion_scope_scale", "noise_correlation", "reference_channels"],
+)
+def test_the_recipe_sets_the_transformers_conditioning(
+    dataset: Path, field: str, value: float, release: float,
+    built: Callable[[AnimeGamerPipeline], float],
+) -> None:
+    """A `decoder.init.tiny` field reaches the transformer's config and the model built from
+    it; left out, the release's value."""
     levels = levels_of(dataset)
-    default = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels).transformer
-    scaled = decoder_phase.tiny_training_pipeline(
-        TinyInit(motion_scope_scale=100.0), 32, 32, levels
-    ).transformer
-    assert default.config.motion_scope_scale == 1.0 and default.ofs_proj.scale == 1.0
-    assert scaled.config.motion_scope_scale == 100.0 and scaled.ofs_proj.scale == 100.0
+    default = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels)
+    chosen = decoder_phase.tiny_training_pipeline(TinyInit(**{field: value}), 32, 32, levels)
+    assert default.transformer.config[field] == built(default) == release
+    assert chosen.transformer.config[field] == built(chosen) == value
+
+
+def test_the_recipe_refuses_a_motion_scope_scale_of_zero() -> None:
     with pytest.raises(ValueError, match="greater than 0"):
         TinyInit(motion_scope_scale=0)
 
