@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from animegamer.models.decoder import AnimeGamerTransformer3DModel
-from animegamer.models.representation import REPRESENTATION_TOKENS
-from animegamer.models.shot_encoder import IMAGE_TOKENS, TEXT_TOKENS
+from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.tiny_decoder import tiny_transformer_config
 
 GRID = math.isqrt(IMAGE_TOKENS)

@@ -18,6 +18,7 @@ from animegamer.data.dataset import write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
 from animegamer.game import GameStates
 from animegamer.models.game_state import GameStateModel
+from animegamer.models.representation import TEXT_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_game_state import (
     build_tiny_tokenizer,
@@ -304,6 +305,24 @@ def test_a_resumed_run_ends_with_the_same_weights(tmp_path, dataset, encoder):
     logged = [(tmp_path / run / "logs" / "game_state" / "losses.jsonl").read_text().splitlines()
               for run in ("whole", "parts")]
     assert len(logged[0]) == 6 and logged[0] == logged[1]
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_the_recipe_sets_the_last_shot_residual(tmp_path, dataset, encoder, residual):
+    root, rows = dataset
+    recipe = tiny_recipe(steps=1, batch_size=1, checkpoint_every=1,
+                         **({"last_shot_residual": True} if residual else {}))
+    folder = train_game_state(root, tmp_path / "out", recipe, encoder, accelerator(1))
+    trained = GameStateModel.from_pretrained(folder)
+    assert trained.config.last_shot_residual is residual
+    window = EpisodeWindow(tuple(rows[4:6]))
+    history = list(shot_representations(encoder, root, window.history))
+    prompt = window_prompt(trained.tokenizer, window)
+    read = trained.represent(prompt.input_ids, history)
+    trained.config.last_shot_residual = False
+    change = read - trained.represent(prompt.input_ids, history)
+    expected = history[-1][TEXT_TOKENS:] if residual else torch.zeros(1)
+    assert torch.allclose(change[0, TEXT_TOKENS:], expected, atol=1e-5)
 
 
 def test_target_representations_are_the_models_teacher_forced_ones(dataset, encoder):

@@ -48,10 +48,8 @@ from animegamer.models.decoder_defaults import (
     DEFAULT_STEPS,
 )
 from animegamer.models.noise_prior import FrameCorrelatedNoise
-from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.shot_encoder import (
-    IMAGE_TOKENS,
-    TEXT_TOKENS,
     AnimeGamerShotEncoder,
     clip_pixel_values,
     image_features,

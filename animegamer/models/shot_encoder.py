@@ -25,15 +25,11 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
 
 if TYPE_CHECKING:
     from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderModel
 
-TEXT_TOKENS = 30
-"""Motion-description tokens (T5 padding/truncation length); the other 196 rows are image
-patches."""
-IMAGE_TOKENS = REPRESENTATION_TOKENS - TEXT_TOKENS
 CLIP_SIZE = 224
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
