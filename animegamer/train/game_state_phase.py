@@ -18,7 +18,10 @@ them back).
 History frame blocks carry `input_resampler(E_a(shot))`, the frozen shot encoder's projection of
 each history shot's cached features; the model reads the representation at the target's query
 positions (`representation_source="queries"`), and the loss is
-`CE + mse_weight · MSE(output_resampler(query hidden states), E_a(target shot))`.
+`CE + mse_weight · MSE(output_resampler(query hidden states), E_a(target shot))`, the 30
+motion-description rows' squared errors weighed `text_mse_weight` times the image rows' (1: the
+paper's plain MSE; a small model otherwise learns the 196 image rows and predicts the text rows'
+mean).
 
 Trainable: a LoRA (peft) on the language model's q/k/v/o/gate/up/down projections; the norms,
 both embedding matrices (input embeddings and lm_head) and both resamplers train fully, by
@@ -49,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file
 from torch import nn
@@ -59,7 +61,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from animegamer.data.dataset import read_rows
 from animegamer.game import GameStates
 from animegamer.models.game_state import GameStateConfig, GameStateModel
-from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.tokens import (
     EOS_ID,
@@ -85,6 +87,7 @@ __all__ = [
     "build_game_state_model",
     "fully_trained_modules",
     "gradient_accumulation_steps",
+    "representation_loss",
     "representation_width",
     "row_states",
     "shot_representations",
@@ -154,6 +157,9 @@ class GameStateRecipe(_Strict):
     lora_dropout: float = Field(0.05, ge=0, lt=1)
     lora_target_modules: tuple[str, ...] = LORA_TARGETS
     mse_weight: float = Field(1.0, ge=0, description="α of the representation loss")
+    text_mse_weight: float = Field(
+        1.0, gt=0, description="weight of the motion-description rows' squared errors in the "
+        "representation loss, the image rows' being 1 (1: plain MSE, the paper's)")
     last_shot_residual: bool = Field(
         False, description="predict the image tokens as a change from the last history shot's "
         "(`GameStateConfig.last_shot_residual`); False is the paper's model")
@@ -333,15 +339,27 @@ def with_lora(model: GameStateModel, recipe: GameStateRecipe) -> Any:
 
 def window_losses(model: nn.Module, tokenizer: PreTrainedTokenizerFast,
                   encoder: AnimeGamerShotEncoder, dataset: Path, window: EpisodeWindow,
-                  mse_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(loss, CE, MSE) of one window; logits only where the labels are (not the whole prompt)."""
+                  mse_weight: float, text_mse_weight: float = 1.0,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, CE, representation loss) of one window; logits only where the labels are (not
+    the whole prompt)."""
     representations = shot_representations(encoder, dataset, window.rows)
     sample = training_sample(tokenizer, window)
     kept = sample.target_length + 1
     output = model(input_ids=sample.input_ids, history_representations=list(representations[:-1]),
                    labels=sample.labels[:, -kept:], logits_to_keep=kept)
-    mse = F.mse_loss(output.representation.float(), representations[-1:].float())
+    mse = representation_loss(output.representation, representations[-1:], text_mse_weight)
     return output.loss + mse_weight * mse, output.loss, mse
+
+
+def representation_loss(predicted: torch.Tensor, target: torch.Tensor,
+                        text_weight: float = 1.0) -> torch.Tensor:
+    """Weighted mean squared error of [1, 226, D] representations: the text rows' squared
+    errors count `text_weight` times, the image rows' once (1: plain MSE)."""
+    weights = torch.ones(REPRESENTATION_TOKENS, 1, device=predicted.device)
+    weights[:TEXT_TOKENS] = text_weight
+    squared = (predicted.float() - target.float()).pow(2)
+    return (squared * weights).sum() / (weights.sum() * squared.shape[-1] * squared.shape[0])
 
 
 # ---- checkpoints and the loss log ----
@@ -445,7 +463,8 @@ class _Trainer:
         for window in windows:
             with accelerator.accumulate(self.model):
                 loss, ce, mse = window_losses(self.model, self.tokenizer, self.encoder,
-                                              self.dataset, window, self.recipe.mse_weight)
+                                              self.dataset, window, self.recipe.mse_weight,
+                                              self.recipe.text_mse_weight)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and self.recipe.max_grad_norm is not None:
                     accelerator.clip_grad_norm_(self.trainable, self.recipe.max_grad_norm)
