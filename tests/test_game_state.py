@@ -23,7 +23,7 @@ from animegamer.models.game_state import (
     GameStates,
 )
 from animegamer.models.game_state_defaults import GAME_STATE_CONFIG_NAME
-from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.tiny_game_state import (
     save_tiny_game_state,
     tiny_game_state_model,
@@ -561,49 +561,3 @@ def test_predict_takes_the_one_pass_path_for_trained_models(tiny_model, monkeypa
     monkeypatch.setattr(model, "predict_states", lambda *a: pytest.fail("release path used"))
     _, states = model.predict([], "Character: A; Motion: quickly run; Background: night sky.")
     assert states == GameStates(2, 1, 0, -1)
-
-
-# ---- last_shot_residual ----
-
-
-@pytest.mark.parametrize("source", ["queries", "last_226"])
-def test_last_shot_residual_adds_the_last_shots_image_rows(tiny_prompt, source) -> None:
-    """Same weights with and without the residual: the image rows differ by exactly the last
-    history shot's (not an earlier one's), the text rows not at all; every path agrees."""
-    plain = tiny_game_state_model(seed=3, representation_source=source)
-    residual = tiny_game_state_model(seed=3, representation_source=source,
-                                     last_shot_residual=True)
-    prompt = build_prompt(
-        plain.tokenizer,
-        [HistoryTurn("Character: A; Motion: walk; Background: day park.", GameStates(1, 0, 0, 0)),
-         HistoryTurn("Character: A; Motion: sit; Background: day park.", GameStates(1, 0, 0, 1))],
-        "Character: A; Motion: run; Background: day park.",
-    )
-    history = [_representation(7), _representation(8)]
-    base = plain.represent(prompt.input_ids, history)
-    out = residual.represent(prompt.input_ids, history)
-    text = slice(0, TEXT_TOKENS)
-    image = slice(TEXT_TOKENS, REPRESENTATION_TOKENS)
-    torch.testing.assert_close(out[0, text], base[0, text], rtol=0, atol=0)
-    torch.testing.assert_close(out[0, image] - base[0, image], history[-1][image],
-                               rtol=0, atol=1e-5)
-    one_pass = (residual.represent_and_generate if source == "queries"
-                else residual.represent_and_predict_states)
-    torch.testing.assert_close(one_pass(prompt.input_ids, history)[0], out, rtol=0, atol=1e-5)
-
-
-def test_last_shot_residual_without_history_is_the_resampler_alone() -> None:
-    plain = tiny_game_state_model(seed=3, representation_source="queries")
-    residual = tiny_game_state_model(seed=3, representation_source="queries",
-                                     last_shot_residual=True)
-    prompt = build_prompt(plain.tokenizer, [], "Character: A; Motion: run; Background: x.")
-    torch.testing.assert_close(residual.represent(prompt.input_ids),
-                               plain.represent(prompt.input_ids), rtol=0, atol=0)
-
-
-def test_last_shot_residual_survives_save_and_load(tmp_path) -> None:
-    tiny_game_state_model(representation_source="queries",
-                          last_shot_residual=True).save_pretrained(tmp_path / "on")
-    tiny_game_state_model(representation_source="queries").save_pretrained(tmp_path / "off")
-    assert GameStateModel.from_pretrained(tmp_path / "on").config.last_shot_residual is True
-    assert GameStateModel.from_pretrained(tmp_path / "off").config.last_shot_residual is False

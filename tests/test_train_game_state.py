@@ -309,24 +309,6 @@ def test_a_resumed_run_ends_with_the_same_weights(tmp_path, dataset, encoder):
     assert len(logged[0]) == 6 and logged[0] == logged[1]
 
 
-@pytest.mark.parametrize("residual", [False, True])
-def test_the_recipe_sets_the_last_shot_residual(tmp_path, dataset, encoder, residual):
-    root, rows = dataset
-    recipe = tiny_recipe(steps=1, batch_size=1, checkpoint_every=1,
-                         **({"last_shot_residual": True} if residual else {}))
-    folder = train_game_state(root, tmp_path / "out", recipe, encoder, accelerator(1))
-    trained = GameStateModel.from_pretrained(folder)
-    assert trained.config.last_shot_residual is residual
-    window = EpisodeWindow(tuple(rows[4:6]))
-    history = list(shot_representations(encoder, root, window.history))
-    prompt = window_prompt(trained.tokenizer, window)
-    read = trained.represent(prompt.input_ids, history)
-    trained.config.last_shot_residual = False
-    change = read - trained.represent(prompt.input_ids, history)
-    expected = history[-1][TEXT_TOKENS:] if residual else torch.zeros(1)
-    assert torch.allclose(change[0, TEXT_TOKENS:], expected, atol=1e-5)
-
-
 def test_the_representation_loss_weighs_the_text_rows():
     target = torch.randn(1, REPRESENTATION_TOKENS, WIDTH)
     predicted = target + torch.randn(1, REPRESENTATION_TOKENS, WIDTH)

@@ -37,7 +37,7 @@ from transformers.utils import ModelOutput
 from animegamer.game import Instruction
 from animegamer.models.game_state_config import GameStateConfig
 from animegamer.models.game_state_defaults import LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER
-from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.tokens import (
     EOS_ID,
     FRAME0_ID,
@@ -309,23 +309,8 @@ class GameStateModel(PreTrainedModel):
                 logits=logits, labels=labels.reshape(1, -1).to(logits.device),
                 vocab_size=self.config.get_text_config().vocab_size,
             )
-        representation = self.read_representation(
-            hidden[:, self.representation_positions(prompt)], history_representations
-        )
+        representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
         return GameStateOutput(loss=loss, logits=logits, representation=representation)
-
-    def read_representation(self, hidden: torch.Tensor,
-                            history_representations: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The representation [1, 226, D] from the hidden states [1, 226, hidden] where it is
-        read: the output resampler's, whose image rows are, with `last_shot_residual`, a change
-        added to the last history shot's (the text rows, the motion description, are new each
-        turn)."""
-        representation = self.output_resampler(hidden)
-        if not (self.config.last_shot_residual and history_representations):
-            return representation
-        last = history_representations[-1].reshape(1, REPRESENTATION_TOKENS, -1)
-        image = representation[:, TEXT_TOKENS:] + last[:, TEXT_TOKENS:].to(representation)
-        return torch.cat([representation[:, :TEXT_TOKENS], image], dim=1)
 
     @torch.no_grad()
     def represent(self, input_ids: torch.Tensor,
@@ -424,9 +409,7 @@ class GameStateModel(PreTrainedModel):
         decoder = self.language_model.model
         output = decoder(inputs_embeds=embeds, attention_mask=mask, use_cache=True)
         hidden = output.last_hidden_state
-        representation = self.read_representation(
-            hidden[:, self.representation_positions(prompt)], history_representations
-        )
+        representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
         logits = self.language_model.lm_head(hidden[:, -1])
         return representation, self._greedy_state_ids(
             prompt.input_ids, logits, output.past_key_values
@@ -455,8 +438,8 @@ class GameStateModel(PreTrainedModel):
             past_key_values=copy.deepcopy(prefix), use_cache=True,
         ).last_hidden_state
         positions = self.representation_positions(prompt)
-        representation = self.read_representation(
-            queries[:, positions.start - start:positions.stop - start], history_representations
+        representation = self.output_resampler(
+            queries[:, positions.start - start:positions.stop - start]
         )
         causal = decoder(inputs_embeds=embeds[:, start:], past_key_values=prefix, use_cache=True)
         logits = self.language_model.lm_head(causal.last_hidden_state[:, -1])

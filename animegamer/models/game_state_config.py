@@ -45,11 +45,6 @@ class GameStateConfig(PreTrainedConfig):
             release does at play time and the default for converted releases; `"queries"`: the
             226 frame-query positions of the target turn, what the model is trained on (models
             trained by this project).
-        last_shot_residual: predict the image tokens as a change from the last history shot's
-            (the output resampler's image rows are added to them; a first turn, which has no
-            history, reads the resampler alone). A shot's first frame continues the last shot,
-            so a small model need not regenerate the scene and who stands in it from the
-            history block each turn. False for the release.
         frame_token_id, first_frame_token_id, frame_end_token_id, state_token_id,
         first_strength_token_id: `<frame>`, `<frame_00000>`, `</frame>`, `<ML>` and
             `<Strength_-5>`. The vocabulary fixes them (see `animegamer.tokens`); a config that
@@ -67,7 +62,6 @@ class GameStateConfig(PreTrainedConfig):
     representation_dim: int = 1920
     representation_length: int = REPRESENTATION_TOKENS
     representation_source: RepresentationSource = "last_226"
-    last_shot_residual: bool = False
     frame_token_id: int = FRAME_ID
     first_frame_token_id: int = FRAME0_ID
     frame_end_token_id: int = FRAME_END_ID

@@ -160,9 +160,6 @@ class GameStateRecipe(_Strict):
     text_mse_weight: float = Field(
         1.0, gt=0, description="weight of the motion-description rows' squared errors in the "
         "representation loss, the image rows' being 1 (1: plain MSE, the paper's)")
-    last_shot_residual: bool = Field(
-        False, description="predict the image tokens as a change from the last history shot's "
-        "(`GameStateConfig.last_shot_residual`); False is the paper's model")
     max_turns: int = Field(5, ge=1, le=5)
     seed: int = 0
     checkpoint_every: int = Field(500, ge=1)
@@ -282,11 +279,9 @@ class WindowSchedule:
 
 
 def build_game_state_model(init: CharacterInit | BaseLLMInit | TinyInit,
-                           representation_dim: int,
-                           last_shot_residual: bool = False) -> GameStateModel:
+                           representation_dim: int) -> GameStateModel:
     """The model phase (b) starts from (fp32, on CPU), reading the representation at the query
-    positions (`representation_source="queries"`) and predicting it as the recipe says
-    (`last_shot_residual`)."""
+    positions (`representation_source="queries"`)."""
     if isinstance(init, CharacterInit):
         model = GameStateModel.from_pretrained(init.character)
         if model.representation_dim != representation_dim:
@@ -308,7 +303,6 @@ def build_game_state_model(init: CharacterInit | BaseLLMInit | TinyInit,
                                       words=init.tiny.words, hidden_size=init.tiny.hidden_size,
                                       num_hidden_layers=init.tiny.num_hidden_layers,
                                       representation_source="queries")
-    model.config.last_shot_residual = last_shot_residual
     return model
 
 
@@ -520,8 +514,7 @@ def train_game_state(
     accelerator.free_memory()  # checkpoints hold this phase's model and optimizer only
     set_seed(recipe.seed)
     encoder = shot_encoder.to(accelerator.device).eval().requires_grad_(False)
-    model = build_game_state_model(recipe.init, representation_width(encoder),
-                                   recipe.last_shot_residual)
+    model = build_game_state_model(recipe.init, representation_width(encoder))
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise ValueError("the initial game-state model has no tokenizer")
