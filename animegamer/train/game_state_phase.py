@@ -331,10 +331,10 @@ def with_lora(model: GameStateModel, recipe: GameStateRecipe) -> Any:
     return peft_model.train()
 
 
-def window_losses(model: nn.Module, tokenizer: PreTrainedTokenizerFast,
-                  encoder: AnimeGamerShotEncoder, dataset: Path, window: EpisodeWindow,
-                  mse_weight: float, text_mse_weight: float = 1.0,
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def window_losses(
+    model: nn.Module, tokenizer: PreTrainedTokenizerFast, encoder: AnimeGamerShotEncoder,
+    dataset: Path, window: EpisodeWindow, mse_weight: float, text_mse_weight: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, CE, representation loss) of one window; logits only where the labels are (not
     the whole prompt)."""
     representations = shot_representations(encoder, dataset, window.rows)
