@@ -18,7 +18,7 @@ from animegamer.data.dataset import write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
 from animegamer.game import GameStates
 from animegamer.models.game_state import GameStateModel
-from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_game_state import (
     build_tiny_tokenizer,
@@ -317,7 +317,7 @@ def test_the_representation_loss_weighs_the_text_rows():
     off_text = target.clone()
     off_text[:, :TEXT_TOKENS] += 1.0
     for weight in (1.0, 6.5):
-        share = weight * TEXT_TOKENS / (weight * TEXT_TOKENS + REPRESENTATION_TOKENS - TEXT_TOKENS)
+        share = weight * TEXT_TOKENS / (weight * TEXT_TOKENS + IMAGE_TOKENS)
         torch.testing.assert_close(representation_loss(off_text, target, weight),
                                    torch.tensor(share))
     with pytest.raises(ValueError, match="text_mse_weight"):
