@@ -156,9 +156,8 @@ def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
         ("noise_correlation", 0.5, 0.0, lambda p: p.noise_prior.correlation),
         ("reference_channels", 4, 0,
          lambda p: p.transformer.patch_embed.proj.in_channels - p.transformer.config.in_channels),
-        ("rotary_positions", True, False, lambda p: p.transformer.config.rotary_positions),
     ],
-    ids=["motion_scope_scale", "noise_correlation", "reference_channels", "rotary_positions"],
+    ids=["motion_scope_scale", "noise_correlation", "reference_channels"],
 )
 def test_the_recipe_sets_the_transformers_conditioning(
     dataset: Path, field: str, value: float, release: float,

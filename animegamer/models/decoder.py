@@ -28,7 +28,7 @@ import torch
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from diffusers.configuration_utils import register_to_config
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
-from diffusers.models.embeddings import TimestepEmbedding, Timesteps, get_3d_rotary_pos_embed
+from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from diffusers.models.modeling_utils import ModelMixin  # noqa: F401  (see the pipeline's doc)
 from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
 from diffusers.pipelines.pipeline_loading_utils import _fetch_class_library_tuple
@@ -93,11 +93,6 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
       is the first). Joint attention alone has to learn which of the 196 tokens lies where in
       the latent; a model trained from scratch on a CPU does not learn that in its budget and
       paints an average scene (docs/nano-experiments.md). The release's is 0.
-    * `rotary_positions` adds 3-D rotary position embeddings (RoPE, as CogVideoX-5B's) over the
-      video tokens' frame, row and column to the sine-cosine table the patch embedding adds.
-      Attention then sees how far apart two tokens are in time and space, the same everywhere
-      in the frame: a sprite that moves v tokens a frame is the same pattern wherever it
-      starts. The release's is off.
     """
 
     @register_to_config
@@ -124,7 +119,6 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         motion_scope_scale: float = 1.0,
         noise_correlation: float = 0.0,
         reference_channels: int = 0,
-        rotary_positions: bool = False,
     ):
         FrameCorrelatedNoise(noise_correlation)  # checks its range
         if reference_channels < 0:
@@ -185,27 +179,12 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
                                               align_corners=False)
         return reference[:, None].expand(batch, frames, *reference.shape[1:])
 
-    def rotary_embedding(self, frames: int, height: int, width: int,
-                         device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin) [frames·rows·columns, attention_head_dim] of the video tokens of a
-        [frames, height, width] latent, at whole-token positions counted from 0."""
-        patch = self.config["patch_size"]
-        grid = (height // patch, width // patch)
-        cos, sin = get_3d_rotary_pos_embed(
-            self.config["attention_head_dim"], None, grid, frames, grid_type="slice",
-            max_size=grid, device=device,
-        )
-        return cos, sin
-
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor,
                 *args: Any, **kwargs: Any) -> Any:
         """The parent's forward, with the spatial reference concatenated to the latent's
-        channels and the rotary embedding given to attention when the model has them."""
-        frames, _, height, width = hidden_states.shape[1:]
-        if self.config["rotary_positions"] and kwargs.get("image_rotary_emb") is None:
-            kwargs["image_rotary_emb"] = self.rotary_embedding(frames, height, width,
-                                                               hidden_states.device)
+        channels when the model has one."""
         if self.reference_proj is not None:
+            frames, _, height, width = hidden_states.shape[1:]
             reference = self.spatial_reference(encoder_hidden_states, frames, height, width)
             hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
         return super().forward(hidden_states, encoder_hidden_states, *args, **kwargs)

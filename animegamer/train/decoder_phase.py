@@ -253,7 +253,6 @@ def tiny_training_pipeline(
                   motion_scope_scale=sizes.motion_scope_scale,
                   noise_correlation=sizes.noise_correlation,
                   reference_channels=sizes.reference_channels,
-                  rotary_positions=sizes.rotary_positions,
                   sample_height=height, sample_width=width, patch_size=sizes.patch_size,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
