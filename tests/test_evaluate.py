@@ -31,6 +31,7 @@ from animegamer.evaluate.metrics import (
     TurnSample,
     TurnScorer,
     dreamsim_similarity,
+    game_interval,
     judge_turn,
     level_errors,
     mean_cosine,
@@ -352,6 +353,33 @@ def test_dataset_games_are_teacher_forced(preview_engine, clip, tiny_dataset, tm
     assert (row[:, :300] < 128).any()  # the instruction is written beside its frames
 
 
+def test_the_interval_resamples_whole_games():
+    """Games whose turns all agree: resampling turns would make the interval as narrow as
+    the 10 turns allow; resampling games gives the spread of the 2 game means."""
+    records = [{"game": game, "turn": turn, "hit": value}
+               for game, value in (("a", 1.0), ("b", 0.0)) for turn in range(1, 6)]
+    assert game_interval(records, "hit") == [0.0, 1.0]
+    many = [{"game": f"g{g}", "turn": 1, "hit": float(g % 2)} for g in range(200)]
+    low, high = game_interval(many, "hit")
+    assert 0.42 < low < 0.5 < high < 0.58
+    assert game_interval(many, "hit") == [low, high]  # deterministic
+    assert game_interval(records[:5], "hit") is None  # one game
+    assert game_interval([{**r, "hit": None} for r in records], "hit") is None
+
+
+def test_the_report_gives_each_mean_its_interval(json_run):
+    _, out, records = json_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("clip_t", "seconds_per_turn"):
+        low, high = metrics["summary"][key]["interval"]
+        assert low <= metrics["summary"][key]["mean"] <= high
+        assert [low, high] == game_interval(records, key)
+    row = next(line for line in (out / "report.md").read_text().splitlines()
+               if line.startswith("| semantic consistency | CLIP-T |"))
+    low, high = metrics["summary"]["clip_t"]["interval"]
+    assert f"| [{low:.2f}, {high:.2f}] | 6 |" in row
+
+
 def test_compare_writes_both_reports_side_by_side(json_run, tmp_path):
     _, out, _ = json_run
     other = tmp_path / "other"
@@ -428,7 +456,8 @@ def test_a_probed_run_reports_the_world_probes(preview_engine, clip, json_run, t
     assert summary["probe_place"]["count"] == len(records)
     assert summary["probe_place"]["mean"] == pytest.approx(
         np.mean([r["probe_place"] for r in records]))
-    assert summary["probe_character"] == {"mean": None, "count": 0, "by_turn": {}}
+    assert summary["probe_character"] == {"mean": None, "count": 0, "interval": None,
+                                          "by_turn": {}}
     assert "coarse motion class" in metrics["definitions"]["probe_motion"]
     markdown = (tmp_path / "report.md").read_text()
     assert "| world probes | probe: place |" in markdown

@@ -177,9 +177,34 @@ def state_deltas(states: GameStates) -> tuple[int, int, int]:
     return states.sc, states.et, states.st
 
 
+INTERVAL_LEVEL = 0.95
+INTERVAL_RESAMPLES = 2000
+
+
+def game_interval(records: Sequence[Mapping[str, Any]], key: str,
+                  resamples: int = INTERVAL_RESAMPLES, seed: int = 0) -> list[float] | None:
+    """A 95 % interval of the mean of `key` over turns, by resampling whole games with
+    replacement (a game's turns share its scene and history, so they are not independent
+    draws); None with fewer than two games that have a value. Deterministic for `seed`."""
+    games: dict[str, list[float]] = {}
+    for record in records:
+        if record.get(key) is not None:
+            games.setdefault(str(record["game"]), []).append(float(record[key]))
+    if len(games) < 2:
+        return None
+    sums = np.array([sum(values) for values in games.values()])
+    counts = np.array([len(values) for values in games.values()])
+    drawn = np.random.default_rng(seed).integers(0, len(games), (resamples, len(games)))
+    means = sums[drawn].sum(1) / counts[drawn].sum(1)
+    tail = (1 - INTERVAL_LEVEL) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return [float(low), float(high)]
+
+
 def summarise(records: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, dict]:
-    """Per metric: the mean over turns that have a value, their count, and the mean by turn
-    index (does quality fall as the game goes on?)."""
+    """Per metric: the mean over turns that have a value, their count, a 95 % interval of the
+    mean with games resampled (`game_interval`), and the mean by turn index (does quality
+    fall as the game goes on?)."""
     summary: dict[str, dict] = {}
     for key in keys:
         values = [(int(r["turn"]), float(r[key])) for r in records if r.get(key) is not None]
@@ -189,6 +214,7 @@ def summarise(records: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict
         summary[key] = {
             "mean": float(np.mean([v for _, v in values])) if values else None,
             "count": len(values),
+            "interval": game_interval(records, key),
             "by_turn": {str(t): float(np.mean(v)) for t, v in sorted(by_turn.items())},
         }
     return summary

@@ -110,6 +110,13 @@ def write_grid(out: Path, records: Sequence[Mapping[str, Any]],
     return path
 
 
+def _interval(metrics: Mapping[str, Any], key: str) -> str:
+    """The mean's 95 % interval as "[low, high]", or "–" (one game, or the peak memory)."""
+    entry = metrics["summary"].get(key, {})
+    bounds = entry.get("interval") if key != "peak_memory_mb" else None
+    return f"[{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else "–"
+
+
 def _value(metrics: Mapping[str, Any], key: str) -> float | None:
     entry = metrics["summary"].get(key, {})
     return entry.get("max") if key == "peak_memory_mb" else entry.get("mean")
@@ -135,15 +142,19 @@ def markdown(metrics: Mapping[str, Any]) -> str:
     lines = ["# AnimeGamer evaluation", ""]
     lines += [f"**Warning**: {text}\n" for text in warnings(metrics["meta"])]
     lines += [f"- {line}" for line in _meta_lines(metrics["meta"])]
-    lines += ["", "| group | metric | ours | turns | AnimeGamer (paper) | GC (paper) |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| group | metric | ours | 95 % interval | turns | AnimeGamer (paper) "
+              "| GC (paper) |", "|---|---|---|---|---|---|---|"]
     for key in metrics["definitions"]:
         spec = SPECS[key]
         paper = spec.paper or (None, None)
         count = metrics["summary"][key]["count"]
-        lines.append(f"| {spec.group} | {spec.label} | {_fmt(_value(metrics, key))} | {count} "
+        lines.append(f"| {spec.group} | {spec.label} | {_fmt(_value(metrics, key))} "
+                     f"| {_interval(metrics, key)} | {count} "
                      f"| {_fmt(paper[0])} | {_fmt(paper[1])} |")
-    lines += ["", "Peak memory is the maximum over turns. The paper's numbers are on its own "
+    lines += ["", "Peak memory is the maximum over turns. The interval is where the mean lies "
+              "95 % of the time when whole games are resampled (a game's turns are not "
+              "independent); two runs on the same games whose means differ by less than their "
+              "intervals' width are not told apart. The paper's numbers are on its own "
               "benchmark (2,000 rounds, 20 characters); ours are on this benchmark.", "",
               "## Definitions", ""]
     lines += [f"- **{SPECS[k].label}**: {text}" for k, text in metrics["definitions"].items()]
@@ -290,7 +301,10 @@ def compare(folders: Sequence[Path], out: Path, labels: Sequence[str] | None = N
         values = [_value(r, key) if key in r["summary"] else None for r in reports]
         change, verdict = _delta(key, *values) if pair else ("", "")
         rows.append((key, values, change, verdict))
-        cells = [_fmt(v) for v in values] + ([change, verdict] if pair else [])
+        intervals = [_interval(r, key) if key in r["summary"] else "–" for r in reports]
+        cells = [f"{_fmt(v)} {i}" if i != "–" else _fmt(v)
+                 for v, i in zip(values, intervals, strict=True)]
+        cells += [change, verdict] if pair else []
         lines.append(f"| {SPECS[key].label} | " + " | ".join(cells) + " |")
     out.mkdir(parents=True, exist_ok=True)
     markdown_path = out / f"{name}.md"
