@@ -35,6 +35,7 @@ from animegamer.evaluate.metrics import (
     judge_turn,
     level_errors,
     mean_cosine,
+    paired_interval,
     parse_judge_answer,
     sample_indices,
     state_errors,
@@ -367,6 +368,21 @@ def test_the_interval_resamples_whole_games():
     assert game_interval([{**r, "hit": None} for r in records], "hit") is None
 
 
+def test_the_paired_interval_cancels_what_games_share():
+    """Two runs on the same games, the second better by 0.05 on every turn: the games' own
+    spread (one all hits, one all misses) widens each run's interval to [0, 1], not the
+    difference's."""
+    first = [{"game": game, "turn": turn, "hit": value}
+             for game, value in (("a", 1.0), ("b", 0.0), ("c", 1.0)) for turn in (1, 2)]
+    second = [{**record, "hit": record["hit"] - 0.05} for record in first]
+    assert game_interval(first, "hit") == [0.0, 1.0]
+    low, high = paired_interval(first, second, "hit")
+    assert low == pytest.approx(-0.05) and high == pytest.approx(-0.05)
+    elsewhere = [{**record, "game": "other"} for record in second]
+    assert paired_interval(first, elsewhere, "hit") is None  # no game in common
+    assert paired_interval(first, second[:2], "hit") is None  # one game in common
+
+
 def test_the_report_gives_each_mean_its_interval(json_run):
     _, out, records = json_run
     metrics = json.loads((out / "metrics.json").read_text())
@@ -388,12 +404,16 @@ def test_compare_writes_both_reports_side_by_side(json_run, tmp_path):
     metrics["summary"]["clip_t"]["mean"] += 0.25
     metrics["summary"]["mae_f"]["mean"] += 1.0
     (other / "metrics.json").write_text(json.dumps(metrics))
+    turns = [json.loads(line) for line in (out / TURNS_FILE).read_text().splitlines()]
+    (other / TURNS_FILE).write_text("".join(
+        json.dumps({**turn, "clip_t": turn["clip_t"] + 0.25}) + "\n" for turn in turns))
     assert main(["--compare", str(out), str(other), "--out", str(tmp_path / "cmp")]) == 0
     text = (tmp_path / "cmp/compare.md").read_text()
-    assert "| metric | A | B | B − A |" in text
-    assert "| CLIP-T |" in text and "+0.2500 | better |" in text and "+1.0000 | worse |" in text
+    assert "| metric | A | B | B − A |  | 95 % (paired games) |" in text
+    assert "| CLIP-T |" in text and "+0.2500 | better | [+0.25, +0.25] |" in text
+    assert "+1.0000 | worse | [+0.00, +0.00] |" in text  # MAE-F changed in metrics.json only
     page = (tmp_path / "cmp/compare.html").read_text()
-    assert '<td class="better">+0.2500</td>' in page
+    assert '<td class="better">+0.2500</td><td>[+0.25, +0.25]</td>' in page
 
 
 def test_the_command_runs_a_window_study(preview_engine, tmp_path, monkeypatch, capsys):

@@ -190,6 +190,30 @@ def game_interval(records: Sequence[Mapping[str, Any]], key: str,
     for record in records:
         if record.get(key) is not None:
             games.setdefault(str(record["game"]), []).append(float(record[key]))
+    return _games_resampled(games, resamples, seed)
+
+
+def paired_interval(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]],
+                    key: str, resamples: int = INTERVAL_RESAMPLES,
+                    seed: int = 0) -> list[float] | None:
+    """A 95 % interval of how much `second`'s mean of `key` exceeds `first`'s, over the turns
+    both scored (the same game id and turn), by resampling whole games: two runs on the same
+    games, so what a game's character or scene does to both cancels. None with fewer than two
+    shared games."""
+    before = {(str(r["game"]), int(r["turn"])): float(r[key])
+              for r in first if r.get(key) is not None}
+    games: dict[str, list[float]] = {}
+    for record in second:
+        turn = (str(record["game"]), int(record["turn"]))
+        if record.get(key) is not None and turn in before:
+            games.setdefault(turn[0], []).append(float(record[key]) - before[turn])
+    return _games_resampled(games, resamples, seed)
+
+
+def _games_resampled(games: Mapping[str, Sequence[float]], resamples: int,
+                     seed: int) -> list[float] | None:
+    """The central 95 % of the turn mean when the games (their turns' values) are drawn with
+    replacement `resamples` times."""
     if len(games) < 2:
         return None
     sums = np.array([sum(values) for values in games.values()])

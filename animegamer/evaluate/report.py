@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from animegamer.evaluate.backbones import TINY_CLIP
+from animegamer.evaluate.benchmark import read_turns
 from animegamer.evaluate.metrics import (
     JUDGE_METRICS,
     METRICS,
     PROBE_METRICS,
     SPECS,
     MetricSpec,
+    paired_interval,
     summarise,
 )
 
@@ -283,7 +285,8 @@ def _delta(key: str, first: float | None, second: float | None) -> tuple[str, st
 def compare(folders: Sequence[Path], out: Path, labels: Sequence[str] | None = None,
             name: str = "compare") -> tuple[Path, Path]:
     """`OUT/<name>.md` and `OUT/<name>.html`: the metrics of report folders side by side; with
-    two, also B − A and whether that is better or worse."""
+    two, also B − A, whether that is better or worse, and B − A's 95 % interval over the games
+    both played (`paired_interval`: a difference whose interval holds 0 is not told apart)."""
     reports = [json.loads((folder / METRICS_FILE).read_text(encoding="utf-8"))
                for folder in folders]
     names = list(labels or [chr(ord("A") + i) for i in range(len(folders))])
@@ -293,18 +296,22 @@ def compare(folders: Sequence[Path], out: Path, labels: Sequence[str] | None = N
     for label, folder, report in zip(names, folders, reports, strict=True):
         facts = ", ".join(f"{k}={v}" for k, v in report["meta"].items())
         lines.append(f"- {label}: {folder} ({facts})")
-    extra = [f"{names[1]} − {names[0]}", ""] if pair else []
+    extra = [f"{names[1]} − {names[0]}", "", "95 % (paired games)"] if pair else []
+    turns = [list(read_turns(folder).values()) for folder in folders] if pair else []
     lines += ["", "| metric | " + " | ".join([*names, *extra]) + " |",
               "|---" * (1 + len(names) + len(extra)) + "|"]
     rows = []
     for key in keys:
         values = [_value(r, key) if key in r["summary"] else None for r in reports]
         change, verdict = _delta(key, *values) if pair else ("", "")
-        rows.append((key, values, change, verdict))
+        bounds = (paired_interval(turns[0], turns[1], key)
+                  if pair and key != "peak_memory_mb" else None)
+        paired = f"[{bounds[0]:+.2f}, {bounds[1]:+.2f}]" if bounds else "–"
+        rows.append((key, values, change, verdict, paired))
         intervals = [_interval(r, key) if key in r["summary"] else "–" for r in reports]
         cells = [f"{_fmt(v)} {i}" if i != "–" else _fmt(v)
                  for v, i in zip(values, intervals, strict=True)]
-        cells += [change, verdict] if pair else []
+        cells += [change, verdict, paired] if pair else []
         lines.append(f"| {SPECS[key].label} | " + " | ".join(cells) + " |")
     out.mkdir(parents=True, exist_ok=True)
     markdown_path = out / f"{name}.md"
@@ -314,11 +321,11 @@ def compare(folders: Sequence[Path], out: Path, labels: Sequence[str] | None = N
             f"<style>{STYLE}</style></head><body><h1>AnimeGamer evaluation: comparison</h1><ul>"]
     page += [f"<li>{esc(label)}: {esc(str(folder))}</li>"
              for label, folder in zip(names, folders, strict=True)]
-    header = "".join(f"<th>{esc(label)}</th>" for label in [*names, *extra[:1]])
+    header = "".join(f"<th>{esc(label)}</th>" for label in [*names, *extra[:1], *extra[2:]])
     page.append(f"</ul><table><tr><th>metric</th>{header}</tr>")
-    for key, values, change, verdict in rows:
+    for key, values, change, verdict, paired in rows:
         tds = "".join(f"<td>{_fmt(value)}</td>" for value in values)
-        delta = f"<td class=\"{verdict}\">{change}</td>" if pair else ""
+        delta = f"<td class=\"{verdict}\">{change}</td><td>{paired}</td>" if pair else ""
         page.append(f"<tr><td>{esc(SPECS[key].label)}</td>{tds}{delta}</tr>")
     page.append("</table><h2>Across the game</h2>")
     for key in keys:
