@@ -324,45 +324,19 @@ def test_the_representation_loss_weighs_the_text_rows():
         GameStateRecipe.model_validate(tiny_recipe(text_mse_weight=0.0))
 
 
-def test_the_representation_loss_weighs_the_image_rows_that_stand_out():
-    """A target whose image rows are all alike but one: that row's error counts 1 + w × its
-    salience (the saliences average 1), every other image row's once."""
-    target = torch.zeros(1, REPRESENTATION_TOKENS, WIDTH)
-    standing_out = TEXT_TOKENS + 17
-    target[:, standing_out] = 3.0
-    distances = torch.full((IMAGE_TOKENS,), 9.0 * WIDTH / IMAGE_TOKENS**2)
-    distances[17] = 9.0 * WIDTH * (IMAGE_TOKENS - 1) ** 2 / IMAGE_TOKENS**2
-    salience = distances[17] / distances.mean()
-    for weight in (0.0, 4.0):
-        wrong_there = target.clone()
-        wrong_there[:, standing_out] += 1.0
-        row_weight = 1 + weight * salience
-        total = TEXT_TOKENS + IMAGE_TOKENS + weight * IMAGE_TOKENS  # the saliences sum to 196
-        torch.testing.assert_close(
-            representation_loss(wrong_there, target, 1.0, weight), row_weight / total)
-    wrong_text = target.clone()
-    wrong_text[:, :TEXT_TOKENS] += 1.0
-    torch.testing.assert_close(representation_loss(wrong_text, target, 1.0, 4.0),
-                               torch.tensor(TEXT_TOKENS / (TEXT_TOKENS + 5 * IMAGE_TOKENS)))
-    with pytest.raises(ValueError, match="image_salience_weight"):
-        GameStateRecipe.model_validate(tiny_recipe(image_salience_weight=-1.0))
-
-
-def test_the_recipe_weighs_the_representation_rows_in_training(tmp_path, dataset, encoder,
-                                                               monkeypatch):
+def test_the_recipe_weighs_the_text_rows_in_training(tmp_path, dataset, encoder, monkeypatch):
     root, _ = dataset
     weights = []
     real = game_state_phase.window_losses
 
     def recording(*args):
-        weights.append(args[-2:])
+        weights.append(args[-1])
         return real(*args)
 
     monkeypatch.setattr(game_state_phase, "window_losses", recording)
-    recipe = tiny_recipe(steps=1, batch_size=1, checkpoint_every=1, text_mse_weight=6.5,
-                         image_salience_weight=4.0)
+    recipe = tiny_recipe(steps=1, batch_size=1, checkpoint_every=1, text_mse_weight=6.5)
     train_game_state(root, tmp_path / "out", recipe, encoder, accelerator(1))
-    assert weights == [(6.5, 4.0)]
+    assert weights == [6.5]
 
 
 def test_target_representations_are_the_models_teacher_forced_ones(dataset, encoder):

@@ -21,9 +21,7 @@ positions (`representation_source="queries"`), and the loss is
 `CE + mse_weight · MSE(output_resampler(query hidden states), E_a(target shot))`, the 30
 motion-description rows' squared errors weighed `text_mse_weight` times the image rows' (1: the
 paper's plain MSE; a small model otherwise learns the 196 image rows and predicts the text rows'
-mean), and each image row's 1 + `image_salience_weight` × how far the target's row stands out
-from the target's mean image row (0: plain; the rows where a small character stands are a few
-of 196, and a regression unsure where it will stand otherwise paints the background there).
+mean).
 
 Trainable: a LoRA (peft) on the language model's q/k/v/o/gate/up/down projections; the norms,
 both embedding matrices (input embeddings and lm_head) and both resamplers train fully, by
@@ -162,9 +160,6 @@ class GameStateRecipe(_Strict):
     text_mse_weight: float = Field(
         1.0, gt=0, description="weight of the motion-description rows' squared errors in the "
         "representation loss, the image rows' being 1 (1: plain MSE, the paper's)")
-    image_salience_weight: float = Field(
-        0.0, ge=0, description="how much more an image row of the representation loss weighs "
-        "the farther the target's row is from its mean image row (0: plain MSE, the paper's)")
     max_turns: int = Field(5, ge=1, le=5)
     seed: int = 0
     checkpoint_every: int = Field(500, ge=1)
@@ -339,7 +334,6 @@ def with_lora(model: GameStateModel, recipe: GameStateRecipe) -> Any:
 def window_losses(
     model: nn.Module, tokenizer: PreTrainedTokenizerFast, encoder: AnimeGamerShotEncoder,
     dataset: Path, window: EpisodeWindow, mse_weight: float, text_mse_weight: float = 1.0,
-    image_salience_weight: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, CE, representation loss) of one window; logits only where the labels are (not
     the whole prompt)."""
@@ -348,26 +342,18 @@ def window_losses(
     kept = sample.target_length + 1
     output = model(input_ids=sample.input_ids, history_representations=list(representations[:-1]),
                    labels=sample.labels[:, -kept:], logits_to_keep=kept)
-    mse = representation_loss(output.representation, representations[-1:], text_mse_weight,
-                              image_salience_weight)
+    mse = representation_loss(output.representation, representations[-1:], text_mse_weight)
     return output.loss + mse_weight * mse, output.loss, mse
 
 
 def representation_loss(predicted: torch.Tensor, target: torch.Tensor,
-                        text_weight: float = 1.0, salience_weight: float = 0.0) -> torch.Tensor:
-    """Weighted mean squared error of [B, 226, D] representations: the text rows' squared
-    errors count `text_weight` times; an image row's 1 + `salience_weight` × its salience, the
-    target row's squared distance from the target's mean image row over the mean of those
-    distances (so the image rows' saliences average 1). Both 1 and 0: plain MSE."""
-    weights = torch.ones(target.shape[0], REPRESENTATION_TOKENS, 1, device=predicted.device)
-    weights[:, :TEXT_TOKENS] = text_weight
-    if salience_weight:
-        image = target[:, TEXT_TOKENS:].float()
-        distance = (image - image.mean(1, keepdim=True)).pow(2).sum(-1, keepdim=True)
-        salience = distance / distance.mean(1, keepdim=True).clamp_min(1e-12)
-        weights[:, TEXT_TOKENS:] += salience_weight * salience.to(weights.device)
+                        text_weight: float = 1.0) -> torch.Tensor:
+    """Weighted mean squared error of [1, 226, D] representations: the text rows' squared
+    errors count `text_weight` times, the image rows' once (1: plain MSE)."""
+    weights = torch.ones(REPRESENTATION_TOKENS, 1, device=predicted.device)
+    weights[:TEXT_TOKENS] = text_weight
     squared = (predicted.float() - target.float()).pow(2)
-    return (squared * weights).sum() / (weights.sum() * squared.shape[-1])
+    return (squared * weights).sum() / (weights.sum() * squared.shape[-1] * squared.shape[0])
 
 
 # ---- checkpoints and the loss log ----
@@ -472,8 +458,7 @@ class _Trainer:
             with accelerator.accumulate(self.model):
                 loss, ce, mse = window_losses(self.model, self.tokenizer, self.encoder,
                                               self.dataset, window, self.recipe.mse_weight,
-                                              self.recipe.text_mse_weight,
-                                              self.recipe.image_salience_weight)
+                                              self.recipe.text_mse_weight)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and self.recipe.max_grad_norm is not None:
                     accelerator.clip_grad_norm_(self.trainable, self.recipe.max_grad_norm)
