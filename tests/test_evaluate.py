@@ -394,6 +394,8 @@ def test_the_report_gives_each_mean_its_interval(json_run):
                if line.startswith("| semantic consistency | CLIP-T |"))
     low, high = metrics["summary"]["clip_t"]["interval"]
     assert f"| [{low:.2f}, {high:.2f}] | 6 |" in row
+    page = (out / "report.html").read_text()
+    assert f"<td>[{low:.2f}, {high:.2f}]</td><td>6</td>" in page
 
 
 def test_compare_writes_both_reports_side_by_side(json_run, tmp_path):

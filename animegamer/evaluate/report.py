@@ -155,8 +155,8 @@ def markdown(metrics: Mapping[str, Any]) -> str:
                      f"| {_fmt(paper[0])} | {_fmt(paper[1])} |")
     lines += ["", "Peak memory is the maximum over turns. The interval is where the mean lies "
               "95 % of the time when whole games are resampled (a game's turns are not "
-              "independent); two runs on the same games whose means differ by less than their "
-              "intervals' width are not told apart. The paper's numbers are on its own "
+              "independent draws); `--compare` gives two runs' difference its own interval over "
+              "the games both played. The paper's numbers are on its own "
               "benchmark (2,000 rounds, 20 characters); ours are on this benchmark.", "",
               "## Definitions", ""]
     lines += [f"- **{SPECS[k].label}**: {text}" for k, text in metrics["definitions"].items()]
@@ -224,7 +224,7 @@ def html_page(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) 
     parts.append("<ul>")
     parts += [f"<li>{esc(line)}</li>" for line in _meta_lines(metrics["meta"])]
     parts += ["</ul><h2>Metrics</h2><table><tr><th>group</th><th>metric</th><th>ours</th>"
-              "<th>turns</th><th>AnimeGamer (paper)</th><th>GC (paper)</th>"
+              "<th>95 % interval</th><th>turns</th><th>AnimeGamer (paper)</th><th>GC (paper)</th>"
               "<th>definition</th></tr>"]
     keys = list(metrics["definitions"])
     for key in keys:
@@ -232,7 +232,8 @@ def html_page(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) 
         paper = spec.paper or (None, None)
         parts.append(
             f"<tr><td>{esc(spec.group)}</td><td>{esc(spec.label)}</td>"
-            f"<td>{_fmt(_value(metrics, key))}</td><td>{metrics['summary'][key]['count']}</td>"
+            f"<td>{_fmt(_value(metrics, key))}</td><td>{_interval(metrics, key)}</td>"
+            f"<td>{metrics['summary'][key]['count']}</td>"
             f"<td>{_fmt(paper[0])}</td><td>{_fmt(paper[1])}</td>"
             f"<td>{esc(spec.definition)}</td></tr>"
         )
