@@ -369,9 +369,8 @@ def test_the_interval_resamples_whole_games():
 
 
 def test_the_paired_interval_cancels_what_games_share():
-    """Two runs on the same games, the second better by 0.05 on every turn: the games' own
-    spread (one all hits, one all misses) widens each run's interval to [0, 1], not the
-    difference's."""
+    """Two runs on the same games, the second 0.05 lower on every turn: the games' own spread
+    (all hits or all misses) widens each run's interval to [0, 1], not the difference's."""
     first = [{"game": game, "turn": turn, "hit": value}
              for game, value in (("a", 1.0), ("b", 0.0), ("c", 1.0)) for turn in (1, 2)]
     second = [{**record, "hit": record["hit"] - 0.05} for record in first]

@@ -119,6 +119,10 @@ def _interval(metrics: Mapping[str, Any], key: str) -> str:
     return f"[{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else "–"
 
 
+def _with_interval(value: str, interval: str) -> str:
+    return value if interval == "–" else f"{value} {interval}"
+
+
 def _value(metrics: Mapping[str, Any], key: str) -> float | None:
     entry = metrics["summary"].get(key, {})
     return entry.get("max") if key == "peak_memory_mb" else entry.get("mean")
@@ -308,11 +312,10 @@ def compare(folders: Sequence[Path], out: Path, labels: Sequence[str] | None = N
         bounds = (paired_interval(turns[0], turns[1], key)
                   if pair and key != "peak_memory_mb" else None)
         paired = f"[{bounds[0]:+.2f}, {bounds[1]:+.2f}]" if bounds else "–"
-        rows.append((key, values, change, verdict, paired))
-        intervals = [_interval(r, key) if key in r["summary"] else "–" for r in reports]
-        cells = [f"{_fmt(v)} {i}" if i != "–" else _fmt(v)
-                 for v, i in zip(values, intervals, strict=True)]
-        cells += [change, verdict, paired] if pair else []
+        shown = [_with_interval(_fmt(v), _interval(r, key))
+                 for v, r in zip(values, reports, strict=True)]
+        rows.append((key, shown, change, verdict, paired))
+        cells = [*shown, change, verdict, paired] if pair else shown
         lines.append(f"| {SPECS[key].label} | " + " | ".join(cells) + " |")
     out.mkdir(parents=True, exist_ok=True)
     markdown_path = out / f"{name}.md"
@@ -324,8 +327,8 @@ def compare(folders: Sequence[Path], out: Path, labels: Sequence[str] | None = N
              for label, folder in zip(names, folders, strict=True)]
     header = "".join(f"<th>{esc(label)}</th>" for label in [*names, *extra[:1], *extra[2:]])
     page.append(f"</ul><table><tr><th>metric</th>{header}</tr>")
-    for key, values, change, verdict, paired in rows:
-        tds = "".join(f"<td>{_fmt(value)}</td>" for value in values)
+    for key, shown, change, verdict, paired in rows:
+        tds = "".join(f"<td>{value}</td>" for value in shown)
         delta = f"<td class=\"{verdict}\">{change}</td><td>{paired}</td>" if pair else ""
         page.append(f"<tr><td>{esc(SPECS[key].label)}</td>{tds}{delta}</tr>")
     page.append("</table><h2>Across the game</h2>")
