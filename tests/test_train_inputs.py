@@ -4,6 +4,7 @@ its last good checkpoint (phase a's loop and phase b's)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,9 +18,9 @@ from animegamer.data.dataset import read_rows, split_file
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.train import decoder_phase, game_state_phase
 from animegamer.train.__main__ import main
-from animegamer.train.checks import phase_settings
+from animegamer.train.checks import digest, field_default, phase_settings
 from animegamer.train.loop import losses_path, read_losses
-from animegamer.train.recipe import load_recipe
+from animegamer.train.recipe import Recipe, load_recipe
 from animegamer.train.shots import read_features
 from animegamer.video import write_mp4
 
@@ -182,6 +183,29 @@ def test_resume_under_another_recipe_is_refused_naming_both(
     assert "not a pipeline folder" in one_line_error(capsys)
     record = yaml.safe_load((out / "checkpoints" / "adapt" / "recipe.json").read_text())
     assert record["recipe"] == str(other)
+
+
+def test_a_field_added_since_the_checkpoints_resumes_at_its_default(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Checkpoints made before a recipe field existed were made as its default behaves: their
+    `recipe.json` lacks the field, and a resume at the default goes on, one off it does not."""
+    out = tmp_path / "out"
+    first = recipe_with(tmp_path, "first.yaml")
+    assert run("decoder", dataset, out, "--max-steps", "1", config=first) == 0
+    path = out / "checkpoints" / "decoder" / "recipe.json"
+    record = json.loads(path.read_text())
+    tiny = record["settings"]["decoder"]["init"]["tiny"]
+    assert tiny.pop("reference_channels") == 0
+    record["digest"] = digest(record["settings"])
+    path.write_text(json.dumps(record))
+    assert field_default(Recipe, ["decoder", "init", "tiny", "reference_channels"]) == 0
+    assert run("decoder", dataset, out, "--resume", "--max-steps", "2", config=first) == 0
+    capsys.readouterr()
+    init = {"init": {"tiny": {**tiny, "reference_channels": 3}}}
+    changed = recipe_with(tmp_path, "changed.yaml", decoder=init)
+    assert run("decoder", dataset, out, "--resume", "--max-steps", "3", config=changed) == 2
+    assert "differ in decoder.init.tiny.reference_channels" in one_line_error(capsys)
 
 
 def nan_from(call: int, original):

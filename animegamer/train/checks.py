@@ -8,15 +8,20 @@ the first training step).
 phase's checkpoint folder holds `recipe.json`, the digest of the recipe's settings that change
 the phase's result (its section, the seed, the precision, the accumulation) and where they came
 from; a resume under other settings is refused, naming both recipes and the fields that differ.
+A field the stored settings lack was added to the recipe after its checkpoints were made: at its
+default, which keeps the code's earlier behaviour, it is no difference.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from safetensors import safe_open
 
 from animegamer.data.dataset import read_rows
@@ -126,6 +131,25 @@ def digest(settings: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_NO_DEFAULT = object()
+
+
+def field_default(model: type[BaseModel], path: Sequence[str]) -> Any:
+    """The JSON value of the default of the recipe field at `path` (a flattened key split at
+    its dots), or `_NO_DEFAULT` where no such field has one."""
+    field = model.model_fields.get(path[0])
+    if field is None:
+        return _NO_DEFAULT
+    if len(path) == 1:
+        if field.is_required():
+            return _NO_DEFAULT
+        return to_jsonable_python(field.get_default(call_default_factory=True))
+    for candidate in get_args(field.annotation) or (field.annotation,):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return field_default(candidate, path[1:])
+    return _NO_DEFAULT
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):
         flat: dict[str, Any] = {}
@@ -145,9 +169,15 @@ def check_resume_recipe(out: Path, phase: str, recipe: Recipe, config: str) -> b
         return False
     stored = json.loads(path.read_text(encoding="utf-8"))
     settings = phase_settings(recipe, phase)
-    if stored["digest"] != digest(settings):
-        old, new = _flat(stored["settings"]), _flat(settings)
-        fields = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+    if stored["digest"] == digest(settings):
+        return False
+    old, new = _flat(stored["settings"]), _flat(settings)
+    fields = sorted(
+        key for key in old.keys() | new.keys()
+        if old.get(key, _NO_DEFAULT) != new.get(key, _NO_DEFAULT)
+        and not (key not in old and new[key] == field_default(Recipe, key.split(".")))
+    )
+    if fields:
         raise ResumeError(
             f"{path.parent}: its checkpoints were made by recipe {stored['recipe']} (digest "
             f"{stored['digest']}), not {config} (digest {digest(settings)}); they differ in "
