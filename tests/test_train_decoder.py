@@ -156,10 +156,8 @@ def test_the_transformer_takes_its_latent_size_from_the_trained_vae(
         ("noise_correlation", 0.5, 0.0, lambda p: p.noise_prior.correlation),
         ("reference_channels", 4, 0,
          lambda p: p.transformer.patch_embed.proj.in_channels - p.transformer.config.in_channels),
-        ("refiner_channels", 8, 0,
-         lambda p: p.transformer.refiner.conv_mid.in_channels if p.transformer.refiner else 0),
     ],
-    ids=["motion_scope_scale", "noise_correlation", "reference_channels", "refiner_channels"],
+    ids=["motion_scope_scale", "noise_correlation", "reference_channels"],
 )
 def test_the_recipe_sets_the_transformers_conditioning(
     dataset: Path, field: str, value: float, release: float,
@@ -247,23 +245,6 @@ def test_a_lora_decoder_trains_its_spatial_reference_beside_the_lora(dataset: Pa
         names = set(decoder_phase.trainable_names(model))
         assert reference <= names
         assert "transformer.transformer_blocks.0.ff.net.0.proj.weight" not in names
-
-
-def test_a_lora_decoder_trains_its_refiner_beside_the_lora(dataset: Path) -> None:
-    """The refiner is new: the joint and adapt stages train all of it; warm-up does not."""
-    pipeline = decoder_phase.tiny_training_pipeline(
-        TinyInit(refiner_channels=4), 32, 32, levels_of(dataset)
-    )
-    model = decoder_phase.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
-    refiner = {f"transformer.refiner.{layer}.{w}"
-               for layer in ("conv_in", "embedding_proj", "conv_mid", "conv_out")
-               for w in ("weight", "bias")}
-    decoder_phase.set_trainable(model, "warmup")
-    assert not refiner & set(decoder_phase.trainable_names(model))
-    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
-    for stage in ("joint", "adapt"):
-        decoder_phase.set_trainable(model, stage)
-        assert refiner <= set(decoder_phase.trainable_names(model))
 
 
 def test_full_mode_trains_every_transformer_weight(dataset: Path) -> None:

@@ -29,7 +29,6 @@ from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from diffusers.configuration_utils import register_to_config
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
-from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from diffusers.models.modeling_utils import ModelMixin  # noqa: F401  (see the pipeline's doc)
 from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
 from diffusers.pipelines.pipeline_loading_utils import _fetch_class_library_tuple
@@ -48,7 +47,6 @@ from animegamer.models.decoder_defaults import (
     DEFAULT_SAMPLE_FRAMES,
     DEFAULT_STEPS,
 )
-from animegamer.models.latent_refiner import LatentRefiner
 from animegamer.models.noise_prior import FrameCorrelatedNoise
 from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.shot_encoder import (
@@ -95,9 +93,6 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
       is the first). Joint attention alone has to learn which of the 196 tokens lies where in
       the latent; a model trained from scratch on a CPU does not learn that in its budget and
       paints an average scene (docs/nano-experiments.md). The release's is 0.
-    * `refiner_channels` > 0 adds a `LatentRefiner`: 3-D convolutions that correct the output
-      at the latent's resolution, told the timestep and the motion scope, for what lies inside
-      a patch (a small sprite's shape and its shift from frame to frame). The release's is 0.
     """
 
     @register_to_config
@@ -124,15 +119,10 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         motion_scope_scale: float = 1.0,
         noise_correlation: float = 0.0,
         reference_channels: int = 0,
-        refiner_channels: int = 0,
     ):
         FrameCorrelatedNoise(noise_correlation)  # checks its range
         if reference_channels < 0:
             raise ValueError(f"reference_channels must be at least 0, got {reference_channels}")
-        if refiner_channels < 0:
-            raise ValueError(f"refiner_channels must be at least 0, got {refiner_channels}")
-        if refiner_channels and in_channels != out_channels:
-            raise ValueError("a refiner needs as many output channels as the latent has")
         if motion_scope_scale <= 0:
             raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
         if len(motion_scopes) != 5 or any(float(v) <= 0 for v in motion_scopes):
@@ -175,10 +165,6 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         self.reference_proj = (
             nn.Linear(inner_dim, reference_channels) if reference_channels else None
         )
-        self.refiner = (
-            LatentRefiner(out_channels, refiner_channels, time_embed_dim)
-            if refiner_channels else None
-        )
 
     def spatial_reference(self, encoder_hidden_states: torch.Tensor, frames: int, height: int,
                           width: int) -> torch.Tensor:
@@ -193,34 +179,15 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
                                               align_corners=False)
         return reference[:, None].expand(batch, frames, *reference.shape[1:])
 
-    def conditioning_embedding(self, timestep: torch.Tensor, ofs: torch.Tensor | None,
-                               dtype: torch.dtype) -> torch.Tensor:
-        """[B, time_embed_dim]: the timestep's embedding plus the motion scope's, as the
-        parent's forward adds them for its blocks."""
-        embedding = self.time_embedding(self.time_proj(timestep).to(dtype))
-        if ofs is not None:
-            assert self.ofs_proj is not None and self.ofs_embedding is not None  # built here
-            embedding = embedding + self.ofs_embedding(self.ofs_proj(ofs).to(dtype))
-        return embedding
-
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor,
-                timestep: torch.Tensor, *args: Any, ofs: torch.Tensor | None = None,
-                return_dict: bool = True, **kwargs: Any) -> Any:
+                *args: Any, **kwargs: Any) -> Any:
         """The parent's forward, with the spatial reference concatenated to the latent's
-        channels and the refiner applied to its output, for a model that has them."""
-        noisy = hidden_states
+        channels when the model has one."""
         if self.reference_proj is not None:
             frames, _, height, width = hidden_states.shape[1:]
             reference = self.spatial_reference(encoder_hidden_states, frames, height, width)
             hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
-        output = super().forward(hidden_states, encoder_hidden_states, timestep, *args, ofs=ofs,
-                                 return_dict=return_dict, **kwargs)
-        if self.refiner is None:
-            return output
-        prediction = output.sample if return_dict else output[0]
-        embedding = self.conditioning_embedding(timestep, ofs, prediction.dtype)
-        refined = self.refiner(prediction, noisy, embedding)
-        return Transformer2DModelOutput(sample=refined) if return_dict else (refined,)
+        return super().forward(hidden_states, encoder_hidden_states, *args, **kwargs)
 
 
 def _is_int(value: object) -> bool:

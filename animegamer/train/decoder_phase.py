@@ -6,13 +6,12 @@ norms) and the transformer's motion-scope MLP (`ofs_embedding`); the rest of the
 frozen. Joint adds the adaLN modulation layers (`norm1.linear`, `norm2.linear` of every block,
 `norm_out.linear`) and a LoRA on the blocks' attention projections, and, for a transformer with a
 spatial reference (`reference_channels`), that reference's projection and the patch embedding
-that reads it; for one with a refiner (`refiner_channels`), the refiner. Phase c (`adapt`)
-freezes the shot encoder and the game-state model; the game-state model's prediction of each
-target shot (history teacher-forced) is the condition, and the motion-scope MLP, the adaLN
-layers, the spatial reference's layers, the refiner and a new LoRA train. Both use CogVideoX's
-v-prediction loss with the pipeline's scheduler. The LoRA is merged before the pipeline is
-saved, with the shot encoder's unconditional representation and the dataset's motion-level
-values in the transformer, so play feeds what training saw.
+that reads it. Phase c (`adapt`) freezes the shot encoder and the game-state model; the
+game-state model's prediction of each target shot (history teacher-forced) is the condition,
+and the motion-scope MLP, the adaLN layers, the spatial reference's layers and a new LoRA
+train. Both use CogVideoX's v-prediction loss with the pipeline's scheduler. The LoRA is
+merged before the pipeline is saved, with the shot encoder's unconditional representation and
+the dataset's motion-level values in the transformer, so play feeds what training saw.
 """
 
 from __future__ import annotations
@@ -157,8 +156,6 @@ def set_trainable(model: ConditionedDecoder, stage: Stage, full: bool = False) -
         if model.transformer.reference_proj is not None:
             model.transformer.reference_proj.requires_grad_(True)
             model.transformer.patch_embed.proj.requires_grad_(True)
-        if model.transformer.refiner is not None:
-            model.transformer.refiner.requires_grad_(True)
 
 
 def trainable_names(module: nn.Module) -> list[str]:
@@ -256,7 +253,6 @@ def tiny_training_pipeline(
                   motion_scope_scale=sizes.motion_scope_scale,
                   noise_correlation=sizes.noise_correlation,
                   reference_channels=sizes.reference_channels,
-                  refiner_channels=sizes.refiner_channels,
                   sample_height=height, sample_width=width, patch_size=sizes.patch_size,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))

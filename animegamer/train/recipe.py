@@ -114,9 +114,6 @@ class TinyInit(_Section):
     reference_channels: int = Field(default=0, ge=0)
     """The transformer's `reference_channels`: the channels of the spatial reference (the
     image tokens laid on every latent frame); 0 for none, as in the release."""
-    refiner_channels: int = Field(default=0, ge=0)
-    """The transformer's `refiner_channels`: the width of the convolutions that refine its
-    output at the latent's resolution (`LatentRefiner`); 0 for none, as in the release."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
