@@ -99,6 +99,11 @@ class ProbeConfig:
     """Median over pixels of their mean change from the median frame (0..255) at which a clip
     is as likely moving everywhere (noise, flicker) as a world clip with a still background."""
     max_mask_threshold: int = 64
+    noise_factor: float = 2.0
+    """The threshold is also raised to this many times the clip's own noise: the median over
+    pixels and frames of each frame's (3×3 box mean) difference from the median frame. A
+    generated clip's noise otherwise joins the sprite's mask, and its colours vote (the brown of
+    roads and trunks, the blue of the sky match Sosuke's hair and car glass)."""
     blur_radii: tuple[float, ...] = (0.0, 0.75, 1.5, 2.5)
     max_busyness: float = 20.0
     """Where the background is busy the threshold is raised by its busyness, up to this much
@@ -267,8 +272,11 @@ class NanoProbes:
         """bool [F, H, W]: the character in each frame (the friend of a social motion, who
         stands at the frame's edge on the character's far side, removed)."""
         mismatch = np.abs(median.astype(np.int16) - background.astype(np.int16)).max(axis=-1)
+        residual = _box3(np.abs(frames.astype(np.int16) - median.astype(np.int16))
+                         .max(axis=-1).astype(np.float32))
         threshold = min(self.config.max_mask_threshold,
-                        max(self.config.mask_threshold, int(3 * np.median(mismatch))))
+                        max(self.config.mask_threshold, int(3 * np.median(mismatch)),
+                            int(self.config.noise_factor * np.median(residual))))
         difference = np.abs(frames.astype(np.int16) - background.astype(np.int16)).max(axis=-1)
         allowance = np.minimum(_busyness(background), self.config.max_busyness)
         masks = _box3(difference.astype(np.float32)) > threshold + allowance
