@@ -84,11 +84,13 @@ def test_probes_agree_after_the_mp4_round_trip(probes, shots, tmp_path):
     assert all(value >= ACCURACY for value in accuracies.values()), accuracies
 
 
-def _softened(frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A decoder's kind of clip: blurred (Gaussian radius 1) and noisy (σ 4, per frame)."""
-    blurred = np.stack([np.asarray(Image.fromarray(f).filter(ImageFilter.GaussianBlur(1.0)))
+def _softened(frames: np.ndarray, rng: np.random.Generator, radius: float = 1.0,
+              sigma: float = 4.0) -> np.ndarray:
+    """A decoder's kind of clip: blurred (Gaussian `radius`) and noisy (`sigma`, per pixel and
+    frame)."""
+    blurred = np.stack([np.asarray(Image.fromarray(f).filter(ImageFilter.GaussianBlur(radius)))
                         for f in frames]).astype(np.float64)
-    return np.clip(blurred + rng.normal(0, 4, blurred.shape), 0, 255).astype(np.uint8)
+    return np.clip(blurred + rng.normal(0, sigma, blurred.shape), 0, 255).astype(np.uint8)
 
 
 def test_probes_agree_on_blurred_noisy_clips(probes, shots):
@@ -106,9 +108,7 @@ def test_the_character_probe_is_fair_to_both_under_generation_noise(probes, shot
     rng = np.random.default_rng(0)
     named: dict[str, list[bool]] = {}
     for shot in shots:
-        blurred = np.stack([np.asarray(Image.fromarray(f).filter(ImageFilter.GaussianBlur(1.5)))
-                            for f in shot.frames]).astype(np.float64)
-        noisy = np.clip(blurred + rng.normal(0, 20, blurred.shape), 0, 255).astype(np.uint8)
+        noisy = _softened(shot.frames, rng, radius=1.5, sigma=20.0)
         label = probes.probe(noisy).character.label
         named.setdefault(shot.instruction.character, []).append(
             label == shot.instruction.character)

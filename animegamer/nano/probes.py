@@ -236,11 +236,12 @@ class NanoProbes:
         place = _probe(_reject_softmax({p.name: float(grid[i].min())
                                         for i, p in enumerate(PLACES)},
                                        cfg.reject_distance, cfg.temperature))
-        still = self._stillness(frames, median)
+        change = np.abs(frames.astype(np.int16) - median.astype(np.int16)).max(axis=-1)
+        still = self._stillness(change)
         time, place = _scaled(time, still), _scaled(place, still)
         best = int(np.argmin(distances))
         background = self._sharpness_matched(self.backgrounds[best], median)
-        masks = self.sprite_masks(frames, background, median)
+        masks = self.sprite_masks(frames, background, median, change)
         track = self.track(masks)
         fit = self._sprite_fit(track) * still
         character = self.character(frames[masks], TIMES[best % len(TIMES)], fit)
@@ -260,20 +261,20 @@ class NanoProbes:
             errors.append(kept.mean())
         return candidates[int(np.argmin(errors))]
 
-    def _stillness(self, frames: np.ndarray, median: np.ndarray) -> float:
-        """How static the clip's background is (0..1): in the world only the character moves,
-        so most pixels stay at their median; noise or flicker moves everywhere."""
-        change = np.abs(frames.astype(np.int16) - median.astype(np.int16)).max(axis=-1)
+    def _stillness(self, change: np.ndarray) -> float:
+        """How static the clip's background is (0..1), from each pixel's change from the median
+        frame [F, H, W]: in the world only the character moves, so most pixels stay at their
+        median; noise or flicker moves everywhere."""
         return _sigmoid((self.config.max_background_change - float(np.median(change.mean(0))))
                         / 2.0)
 
-    def sprite_masks(self, frames: np.ndarray, background: np.ndarray,
-                     median: np.ndarray) -> np.ndarray:
+    def sprite_masks(self, frames: np.ndarray, background: np.ndarray, median: np.ndarray,
+                     change: np.ndarray) -> np.ndarray:
         """bool [F, H, W]: the character in each frame (the friend of a social motion, who
-        stands at the frame's edge on the character's far side, removed)."""
+        stands at the frame's edge on the character's far side, removed); `change` [F, H, W]:
+        each pixel's change from the median frame, which also measures the clip's noise."""
         mismatch = np.abs(median.astype(np.int16) - background.astype(np.int16)).max(axis=-1)
-        residual = _box3(np.abs(frames.astype(np.int16) - median.astype(np.int16))
-                         .max(axis=-1).astype(np.float32))
+        residual = _box3(change.astype(np.float32))
         threshold = min(self.config.max_mask_threshold,
                         max(self.config.mask_threshold, int(3 * np.median(mismatch)),
                             int(self.config.noise_factor * np.median(residual))))
