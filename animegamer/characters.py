@@ -110,7 +110,7 @@ class Character:
 
 @dataclass(frozen=True)
 class ShotTowerSources:
-    """Where the shot encoder's frozen towers come from (DESIGN §9): CLIP ViT-B-16 and
+    """Where the shot encoder's frozen towers come from (docs/design.md §9): CLIP ViT-B-16 and
     CogVideoX-2B's T5 encoder with its tokenizer."""
 
     image_encoder: RepoRef

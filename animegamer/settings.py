@@ -1,4 +1,4 @@
-"""Run-time settings, read once from environment variables (documented in README.md)."""
+"""Run-time settings, read once from environment variables (documented in docs/hardware.md)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Settings:
     `window`: turns the game-state model sees, the current one included (the release demo: 1).
     `steps` / `nano_steps` / `preview_steps`: diffusion steps of the real, the Nano and the
     preview decoder. Nano's 12 keep a turn under 2 s on 2 CPU cores; on its held-out turns
-    the world probes read the same at 12 as at 20 steps (README). `nano_dir`: the Nano world's
+    the world probes read the same at 12 as at 20 steps (docs/nano.md). `nano_dir`: the Nano world's
     character folder.
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
     `zero_gpu`: running on a ZeroGPU Space (set by the platform); `space_id`: the Space's

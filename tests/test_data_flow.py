@@ -1,4 +1,4 @@
-"""Motion scope from optical flow, and the fitted motion levels (DESIGN §9)."""
+"""Motion scope from optical flow, and the fitted motion levels (docs/design.md §9)."""
 
 from __future__ import annotations
 

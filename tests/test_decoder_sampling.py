@@ -27,7 +27,7 @@ from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.video import write_mp4
 
 STEPS = 50
-PER_STEP_TOLERANCE = 5e-3  # relative (Frobenius), DESIGN §4
+PER_STEP_TOLERANCE = 5e-3  # relative (Frobenius), docs/design.md §4
 FINAL_TOLERANCE = 1e-2
 
 

@@ -1,6 +1,6 @@
 """The shipped Nano weights (`assets/nano`) load on the CPU and play turns whose clips show the
 asked time of day and place, as the world's probes read them. The character (in free play,
-as here: no data history) and the motion do not hold yet for the shipped weights (README,
+as here: no data history) and the motion do not hold yet for the shipped weights (docs/nano.md,
 "Nano v12 meets part of the quality bar"), so they are not asserted here."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The shipped recipes: the paper-scale ones carry DESIGN §11's numbers and combine into one
-recipe for `all`; the tiny CPU one validates."""
+"""The shipped recipes: the paper-scale ones carry docs/design.md §11's numbers and combine into
+one recipe for `all`; the tiny CPU one validates."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ The release directory holds `latest` (a folder name) and `<name>/mp_rank_00_mode
 also holds other models and training state: it is memory-mapped, read without the full
 unpickler (`load_checkpoint`), and only that prefix is used). The SAT LoRA (r 64, scaling 1/r) is
 merged in fp32, names are mapped onto diffusers' CogVideoX layout, the mix-embedding layers become
-the shot encoder (`AnimeGamerShotEncoder`, DESIGN §9), and the unconditional representation is that
-encoder applied to zeros. The output is a pipeline folder (`transformer/`, `shot_encoder/`,
+the shot encoder (`AnimeGamerShotEncoder`, docs/design.md §9), and the unconditional representation
+is that encoder applied to zeros. The output is a pipeline folder (`transformer/`, `shot_encoder/`,
 `scheduler/`, `model_index.json`) that needs only the VAE.
 
 Every step works on plain tensors, so the mapping can be checked on `meta` tensors (shapes only).
@@ -259,8 +259,8 @@ _SHOT_ENCODER_NAMES = {
     "mixins.patch_embed.txt_mix_layer_norm": "text_norm",
     "mixins.patch_embed.ip_mix_layer_norm": "image_norm",
 }
-"""The release's mix-embedding layers that make the shot representation (DESIGN §9) → names of
-`AnimeGamerShotEncoder`."""
+"""The release's mix-embedding layers that make the shot representation (docs/design.md §9) →
+names of `AnimeGamerShotEncoder`."""
 
 
 def _convert_shot_encoder(src: _Consumer) -> dict[str, torch.Tensor]:

@@ -1,9 +1,9 @@
 """Annotating shots: the answer format, its strict parser, and the two sources of answers.
 
-An answer is one JSON object (DESIGN §10): character present, the acting character's name, adverb,
-motion phrase, time, place, social 0/1, entertainment 0/1, stamina ±1. `parse_answer` accepts
-exactly that (a Markdown code fence around it is the only thing removed) and turns it into a game
-`Instruction` held to the player's rules, or raises `AnswerError` with the reason the shot is
+An answer is one JSON object (docs/design.md §10): character present, the acting character's name,
+adverb, motion phrase, time, place, social 0/1, entertainment 0/1, stamina ±1. `parse_answer`
+accepts exactly that (a Markdown code fence around it is the only thing removed) and turns it into a
+game `Instruction` held to the player's rules, or raises `AnswerError` with the reason the shot is
 skipped. Nothing is guessed or repaired.
 
 Answers come from an `AnswerFile` (JSONL written by hand or by another tool, keyed by source video
@@ -56,7 +56,7 @@ class AnswerError(ValueError):
 
 @dataclass(frozen=True)
 class Annotation:
-    """A parsed answer: the instruction and the state labels (sc, et, st of DESIGN §10)."""
+    """A parsed answer: the instruction and the state labels (sc, et, st of docs/design.md §10)."""
 
     instruction: Instruction
     social: int

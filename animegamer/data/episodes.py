@@ -2,7 +2,7 @@
 
 Our rule for "one scene" (the paper does not publish one): shots of the same video, in time
 order, with the same background (time and place, case-insensitive), less than `EPISODE_GAP_S`
-apart. Training samples of 1-5 turns are windows of an episode (DESIGN §10).
+apart. Training samples of 1-5 turns are windows of an episode (docs/design.md §10).
 """
 
 from __future__ import annotations

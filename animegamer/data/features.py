@@ -1,4 +1,4 @@
-"""Cached shot features: what the shot encoder's frozen towers make of a shot (DESIGN §9).
+"""Cached shot features: what the shot encoder's frozen towers make of a shot (docs/design.md §9).
 
 A `ShotFeatureExtractor` turns first frames into image tokens (CLIP ViT-B/16 penultimate layer,
 196×768 for the real towers) and motion texts into text tokens (T5 v1.1 XXL, 30×4096); the

@@ -1,10 +1,10 @@
 """Motion scope (how much a shot moves) from optical flow, and the five motion levels.
 
-DESIGN §9: the scope of a clip is the mean optical-flow magnitude of its moving pixels (|flow| above
-`MOVING_THRESHOLD` px/frame; the static background is dropped), over all pairs of consecutive
-frames. Flow is computed on a copy `FLOW_WIDTH` pixels wide, whatever the clip size, so scopes are
-in pixels per frame of that copy and comparable across clip sizes (a 64×96 clip and a 480×720 clip
-of the same motion get about the same scope).
+docs/design.md §9: the scope of a clip is the mean optical-flow magnitude of its moving pixels
+(|flow| above `MOVING_THRESHOLD` px/frame; the static background is dropped), over all pairs of
+consecutive frames. Flow is computed on a copy `FLOW_WIDTH` pixels wide, whatever the clip size, so
+scopes are in pixels per frame of that copy and comparable across clip sizes (a 64×96 clip and a
+480×720 clip of the same motion get about the same scope).
 
 `MotionLevels` quantises scopes into levels 1..5 with boundaries fitted on a dataset, and gives
 each level the value the decoder is trained on and fed at play time. Torch-free: the game and the

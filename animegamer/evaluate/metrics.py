@@ -1,4 +1,4 @@
-"""The paper's metrics (DESIGN §12), as we define them, and the judge's answer format.
+"""The paper's metrics (docs/design.md §12), as we define them, and the judge's answer format.
 
 The paper does not publish exact definitions; ours are in `METRICS` (one sentence each, the
 report prints them). Every per-turn value is a float or `None` (not measurable for that turn);

@@ -318,14 +318,14 @@ class AnimeGamerPipelineOutput(BaseOutput):
 
 class AnimeGamerPipeline(DiffusionPipeline):
     """Representation + motion level → an animation shot: AnimeGamer's decoder as a diffusers
-    pipeline (DESIGN §4).
+    pipeline (docs/design.md §4).
 
     Args:
         transformer: the `AnimeGamerTransformer3DModel` that denoises the latent; it holds the
             unconditional representation and the motion-scope table.
         vae: CogVideoX's 3D VAE (`AutoencoderKLCogVideoX`), decoding latents to frames.
         scheduler: the `CogVideoXDPMScheduler` of the release's sampler (`scheduler_config()`).
-        shot_encoder: the trainable part of the animation-shot encoder (DESIGN §9), for the
+        shot_encoder: the trainable part of the animation-shot encoder (docs/design.md §9), for the
             reconstruction path `encode_shot` and for training; optional (play does not need it).
         image_encoder, text_encoder, tokenizer: the shot encoder's frozen towers (CLIP ViT-B-16
             vision model, T5 v1.1 XXL encoder and its tokenizer); optional, passed to

@@ -1,5 +1,5 @@
-"""The animation-shot encoder E_a (DESIGN §9): a shot's first frame and motion description → the
-226×1920 representation the decoder renders.
+"""The animation-shot encoder E_a (docs/design.md §9): a shot's first frame and motion
+description → the 226×1920 representation the decoder renders.
 
 Two frozen towers make features: the first frame through OpenCLIP ViT-B-16 (transformers'
 `CLIPVisionModel`, penultimate layer, CLS dropped → 196×768), the motion description through the

@@ -22,10 +22,10 @@ Phrase → canonical mapping (the registry's and `examples/` multi-word wording)
     cliff              ← cliff top
     forest road        ← mountain road
 
-State labels (DESIGN §10: social 0/1, entertainment 0/1, stamina ±1, never 0) are a property
-of the motion: effort (fly, walk, run, jump, dance) costs stamina (−1) and everything else rests
-(+1); waving and talking to someone are social (1); flight, jumping, dancing and the car ride are
-play (entertainment 1).
+State labels (docs/design.md §10: social 0/1, entertainment 0/1, stamina ±1, never 0) are a
+property of the motion: effort (fly, walk, run, jump, dance) costs stamina (−1) and everything else
+rests (+1); waving and talking to someone are social (1); flight, jumping, dancing and the car ride
+are play (entertainment 1).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Phases a and c of training (DESIGN §11): the shot encoder with the decoder, then the decoder's
-adaptation to the game-state model's predictions.
+"""Phases a and c of training (docs/design.md §11): the shot encoder with the decoder, then the
+decoder's adaptation to the game-state model's predictions.
 
 Phase a (`train_decoder`) has two stages. Warm-up trains the shot encoder (projections and
 norms) and the transformer's motion-scope MLP (`ofs_embedding`); the rest of the transformer is

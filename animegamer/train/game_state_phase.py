@@ -1,4 +1,5 @@
-"""Phase (b) of training (DESIGN §11): the game-state model learns states and representations.
+"""Phase (b) of training (docs/design.md §11): the game-state model learns states and
+representations.
 
 A sample is a window of 1..5 consecutive shots of an episode (`episodes.episode_windows`). Its
 sequence is the play-time prompt of the target turn (`tokens.build_prompt`: the history turns

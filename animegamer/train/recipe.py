@@ -1,4 +1,4 @@
-"""The training recipe: one YAML file with the settings of every phase (DESIGN §11).
+"""The training recipe: one YAML file with the settings of every phase (docs/design.md §11).
 
     seed: 0
     mixed_precision: bf16            # "no" | "bf16" | "fp16"

@@ -1,7 +1,7 @@
 """A small video VAE of CogVideoX's family (`AutoencoderKLCogVideoX`), trained on a dataset's clips.
 
-Real characters use CogVideoX-2B's VAE as it is (frozen, DESIGN §11). A small world whose clips
-are tiny (the Nano world: 17 frames of 64×96) needs a VAE of its own with the same layout
+Real characters use CogVideoX-2B's VAE as it is (frozen, docs/design.md §11). A small world whose
+clips are tiny (the Nano world: 17 frames of 64×96) needs a VAE of its own with the same layout
 (4× in time: 17 frames → 5 latent frames, or 2× → 9 for fast small sprites; 8× in space as the
 real one with 4 levels, or 4× with 3, which keeps a 64×96 world's small sprites legible in a
 16×24 latent). Loss: L1
