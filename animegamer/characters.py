@@ -263,7 +263,10 @@ class _Source(_Schema):
             path = Path(repo).expanduser()
             path = path if path.is_absolute() else (_folder(info) / path).resolve()
             if not path.is_dir():
-                raise ValueError(f"names the local folder {path}, which does not exist")
+                raise ValueError(
+                    f"names the local folder {path}, which does not exist (a relative path "
+                    f"starts from the registry file's folder, {_folder(info)})"
+                )
             return str(path)
         if not _REPO_ID.fullmatch(repo):
             raise PydanticCustomError("repo_id", "not a Hub repo id")

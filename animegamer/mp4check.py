@@ -52,6 +52,36 @@ def check_mp4(source: str | Path | bytes) -> ClipFacts:
         return _check_stream(stream, stream.seek(0, io.SEEK_END))
 
 
+def truncation(path: Path) -> str | None:
+    """Why the ISO-BMFF file (mp4, mov, m4v) at `path` is cut short, or None (complete, or not
+    ISO-BMFF). ffmpeg plays a truncated file without complaint when its index comes first (a
+    "fast-start" mp4) and just stops early; here the top-level boxes are walked, and one that
+    ends past the file's end says so."""
+    with open(path, "rb") as stream:
+        size = stream.seek(0, io.SEEK_END)
+        stream.seek(0)
+        if stream.read(8)[4:8] != b"ftyp":
+            return None
+        position = 0
+        while position < size:
+            stream.seek(position)
+            chunk = stream.read(16)
+            if len(chunk) < 8:
+                return f"truncated: {size} bytes, cut inside a box header at byte {position}"
+            length, kind = struct.unpack(">I4s", chunk[:8])
+            if length == 1 and len(chunk) == 16:
+                length = struct.unpack(">Q", chunk[8:16])[0]
+            if length == 0:  # the last box, "to the end of the file"
+                return None
+            if length < 8:
+                return f"damaged: its {_name(kind)} box at byte {position} has an invalid size"
+            if position + length > size:
+                return (f"truncated: {size} bytes, but its {_name(kind)} box needs "
+                        f"{position + length}")
+            position += length
+    return None
+
+
 def _check_stream(stream: BinaryIO, size: int) -> ClipFacts:
     stream.seek(0)
     if stream.read(8)[4:8] != b"ftyp":

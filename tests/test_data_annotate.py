@@ -83,6 +83,26 @@ def test_unusable_answers_are_refused_with_a_reason(text, kind, message):
     assert raised.value.kind == kind
 
 
+def test_an_answer_matches_the_shot_starting_nearest_within_a_quarter_second(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    lines = [
+        {"video": "v.mp4", "start": 2.7, "answer": "at 2.7", "end": 4.7},  # shot at 65/24 s
+        {"video": "v.mp4", "start": 2.6, "answer": "at 2.6"},  # 0.108 s off: the other is nearer
+        {"video": "v.mp4", "start": 6.0, "answer": "at 6.0"},  # 0.29 s from the shot at 6.29
+        {"video": "w.mp4", "start": 0, "answer": "no such video"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    file = AnswerFile(path)
+    shots = [("v.mp4", 0.0), ("v.mp4", 65 / 24), ("v.mp4", 151 / 24)]
+    requests = [AnnotationRequest(v, s, tmp_path, "Qiqi", tmp_path) for v, s in shots]
+    assert file.answer(requests) == [None, "at 2.7", None]
+    missed = {m["line"]: m["reason"] for m in file.unmatched(shots)}
+    assert set(missed) == {2, 3, 4}
+    assert "another answer lies nearer to the shot at 2.708 s" in missed[2]
+    assert "no shot starts within 0.25 s (the nearest starts at 6.292 s)" in missed[3]
+    assert "no shot of w.mp4 was built" in missed[4]
+
+
 def test_answer_file_matches_video_and_start_to_the_millisecond(tmp_path):
     path = tmp_path / "answers.jsonl"
     lines = [
@@ -106,7 +126,7 @@ def test_answer_file_matches_video_and_start_to_the_millisecond(tmp_path):
     ("line", "message"),
     [
         ("{oops", "line 2: not JSON"),
-        ('{"video": "a.mp4", "start": 1}', "line 2: needs exactly the keys"),
+        ('{"video": "a.mp4", "start": 1}', "line 2: needs the keys video, start and answer"),
         ('{"video": "a.mp4", "start": "1", "answer": {}}', "start a number"),
         ('{"video": "a.mp4", "start": -1, "answer": {}}', "start a number"),
         ('{"video": "a.mp4", "start": 1.0, "answer": {}}', "a second answer for a.mp4"),

@@ -17,7 +17,7 @@ import pytest
 from animegamer.data.decode import DECODE_FPS, FrameStream, VideoInfo, probe
 from animegamer.data.errors import VideoError
 from animegamer.data.extract import orientation_problem
-from animegamer.data.shots import CLIP_FRAMES, CutStats, cut_clips
+from animegamer.data.shots import CLIP_FRAMES, CutDetector, CutStats, cut_clips
 
 SOURCE_SIZE = (96, 144)
 CLIP_SIZE = (64, 96)
@@ -28,14 +28,16 @@ PALETTE = np.array(
 
 
 def segment_frames(index: int, length: int, speed: float, size: tuple[int, int]) -> Iterator:
-    """Frames of segment `index`: its own colour and stripes, a square moving `speed` px/frame."""
+    """Frames of segment `index`: its own colour and soft stripes, a square moving `speed` px/frame
+    to and fro (a square that wrapped around would jump, and a jump is a cut)."""
     height, width = size
     base = np.empty((height, width, 3), np.uint8)
     base[:] = PALETTE[index % len(PALETTE)]
-    base[:, :: 8 + 4 * (index % 3)] //= 2
+    base[:, :: 8 + 4 * (index % 3)] = base[:, :: 8 + 4 * (index % 3)] * 3 // 4
     for frame in range(length):
         image = base.copy()
-        x = int(8 + frame * speed) % (width - 24)
+        travel = width - 32
+        x = 8 + int(travel - abs((frame * speed) % (2 * travel) - travel))
         image[height // 3 : height // 3 + 20, x : x + 20] = 255 - PALETTE[index % len(PALETTE)]
         yield image
 
@@ -68,10 +70,15 @@ def make_video(
     return path
 
 
+def cuts_of(path: Path) -> list[int]:
+    """The frames the detector finds cuts at."""
+    return [cut.frame for cut in CutDetector().feed(FrameStream(path, probe(path), *CLIP_SIZE))]
+
+
 def clips_of(path: Path) -> tuple[list[int], CutStats, FrameStream]:
     stream = FrameStream(path, probe(path), *CLIP_SIZE)
     stats = CutStats()
-    starts = [clip.start_frame for clip in cut_clips(stream, stats)]
+    starts = [clip.start_frame for clip in cut_clips(stream, cuts_of(path), stats)]
     return starts, stats, stream
 
 
@@ -86,7 +93,7 @@ def test_shots_start_at_the_cuts(tmp_path):
 def test_clips_are_17_frames_at_8_fps_of_the_clip_size(tmp_path):
     video = make_video(tmp_path / "one.mp4", [60], speeds=[1.0])
     stream = FrameStream(video, probe(video), *CLIP_SIZE)
-    (clip,) = cut_clips(stream, CutStats())
+    (clip,) = cut_clips(stream, [], CutStats())
     assert clip.frames.shape == (CLIP_FRAMES, *CLIP_SIZE, 3) and clip.frames.dtype == np.uint8
     # The square moves 1 px per source frame: 3 source frames (1/8 s) per clip frame, and
     # 144 → 96 px scales that to 2 px.
@@ -99,6 +106,17 @@ def test_long_segment_gives_consecutive_clips_and_short_ones_none(tmp_path):
     starts, stats, _ = clips_of(make_video(tmp_path / "v.mp4", [130, 30, 60]))
     assert starts == [0, 51, 160]
     assert (stats.segments, stats.too_short) == (3, 1)
+
+
+def test_a_segment_of_exactly_2_seconds_gives_a_clip(tmp_path):
+    # 48 frames at 24 fps: the clip's 17th frame (t = 2.0 s) is the next segment's first, so
+    # the segment's own last frame (t = 1.958 s) stands in; 47 frames (1.958 s) are too short.
+    starts, stats, stream = clips_of(make_video(tmp_path / "v.mp4", [48, 47, 60]))
+    assert starts == [0, 95]
+    assert (stats.segments, stats.too_short) == (3, 1)
+    first = next(iter(cut_clips(FrameStream(stream.path, stream.info, *CLIP_SIZE), [48, 95],
+                                CutStats())))
+    assert first.frames.shape[0] == CLIP_FRAMES
 
 
 def test_a_video_without_cuts_is_one_segment(tmp_path):

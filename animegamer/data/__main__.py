@@ -4,28 +4,26 @@
            (--annotations FILE | --annotator MODEL) [--features none|real|tiny] [--limit N]
            [--num-proc N] [--size H W]
     show   DATASET [--png FILE] [--split train|test] [--count N]
+
+`build` also writes DATASET/answers_template.jsonl: one line per kept shot with empty answer
+fields, to fill in and pass back as --annotations.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from animegamer.characters import load_registry
 from animegamer.data.annotate import Annotator, AnswerFile, VisionLanguageModel
 from animegamer.data.build import BuildOptions, BuildResult, build, check_inputs
 from animegamer.data.episodes import EPISODE_GAP_S, TEST_FRACTION
 from animegamer.data.errors import DataError
 from animegamer.data.extract import MIN_MOVING, ExtractOptions
-from animegamer.data.features import (
-    ShotFeatureExtractor,
-    registry_feature_extractor,
-    tiny_feature_extractor,
-)
+from animegamer.data.features import FEATURE_KINDS, feature_extractor
 from animegamer.data.flow import FLOW_METHODS
-from animegamer.data.shots import CUT_THRESHOLD
+from animegamer.data.shots import ADAPTIVE_THRESHOLD, CUT_THRESHOLD
 from animegamer.data.show import show
 
 EXIT_ERROR = 2
@@ -45,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = make.add_mutually_exclusive_group(required=True)
     source.add_argument("--annotations", type=Path, help="JSONL answers keyed by video and start")
     source.add_argument("--annotator", help="vision-language model id or folder (transformers)")
-    make.add_argument("--features", choices=("none", "real", "tiny"), default="none",
+    make.add_argument("--features", choices=FEATURE_KINDS, default="none",
                       help="cache shot features: none; real (the registry's CLIP ViT-B-16 and T5 "
                       "towers, downloaded once); tiny (random towers: tests)")
     make.add_argument("--limit", type=int, help="stop after this many shots")
@@ -54,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--size", type=int, nargs=2, metavar=("H", "W"), default=(480, 720),
                       help="clip height and width (default 480 720)")
     make.add_argument("--cut-threshold", type=float, default=CUT_THRESHOLD,
-                      help="PySceneDetect content threshold")
+                      help="PySceneDetect's content threshold (colour and edge change)")
+    make.add_argument("--adaptive-threshold", type=float, default=ADAPTIVE_THRESHOLD,
+                      help="PySceneDetect's adaptive threshold (a content spike this many times "
+                      "its neighbours': cuts between shots on the same background)")
     make.add_argument("--min-moving", type=float, default=MIN_MOVING,
                       help="fraction of moving pixels below which a clip is static")
     make.add_argument("--flow", choices=FLOW_METHODS, default="farneback",
@@ -86,20 +87,54 @@ def _check(args: argparse.Namespace) -> None:
         raise DataError("--min-moving must be in (0, 1)")
 
 
-def _summary(result: BuildResult) -> str:
+SHOWN = 5
+"""Unmatched answers and unanswered shots the summary names (all are in the report)."""
+
+
+def _listed(items: Sequence[dict], describe: Callable[[dict], str]) -> str:
+    shown = "; ".join(describe(item) for item in items[:SHOWN])
+    return shown + (f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+def answer_lines(answers: dict) -> list[str]:
+    """What the summary says about the answers: unmatched ones and shots without one."""
+    lines = [f"answers: {answers['matched']} shots answered, {len(answers['unmatched'])} "
+             f"answers matched no shot, {len(answers['shots_without_answer'])} shots without one"]
+    if answers["unmatched"]:
+        lines.append("  matched no shot: " + _listed(answers["unmatched"], lambda a: (
+            f"line {a['line']} ({a['video']} at {a['start']} s): {a['reason']}")))
+    if answers["shots_without_answer"]:
+        lines.append("  no answer: " + _listed(answers["shots_without_answer"], lambda s: (
+            f"{s['video']} {s['start']:.3f}-{s['end']:.3f} s")))
+    return lines
+
+
+def summary(result: BuildResult) -> str:
+    """The build in a few lines (the report has everything)."""
     report, stages = result.report, result.report["stages"]
     videos = report["videos"]
     skipped = ", ".join(f"{kind} {n}" for kind, n in report["skipped"].items()) or "none"
     rows = ", ".join(f"{split} {n}" for split, n in stages["rows"].items()) or "none"
+    damaged = {**videos["failed"], **videos["partial"]}
     return "\n".join([
         f"videos: {videos['found']} found, {videos['done']} done, "
-        f"{len(videos['failed'])} failed, {videos['not_reached']} not reached",
-        f"shots: {stages['segments']} segments ({stages['segments_too_short']} too short), "
-        f"{stages['clips']} clips, {stages['shots']} kept, {stages['annotated']} annotated",
+        f"{len(videos['failed'])} failed, {len(videos['partial'])} partial, "
+        f"{videos['not_reached']} not reached",
+        *(f"  {reason}" for reason in damaged.values()),
+        f"shots: {len(_cuts(videos))} cuts, {stages['segments']} segments "
+        f"({stages['segments_too_short']} under 2 s), {stages['clips']} clips, "
+        f"{stages['shots']} kept, {stages['annotated']} annotated",
+        *answer_lines(report["answers"]),
         f"skipped: {skipped}",
         f"rows: {rows}",
+        "levels: " + (", ".join(f"{level}: {n}" for level, n in report["level_histogram"].items())
+                      if report["levels"] else "none (no annotated shot)"),
         "seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()),
     ])
+
+
+def _cuts(videos: dict) -> list[dict]:
+    return [cut for cuts in videos["cuts"].values() for cut in cuts]
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -109,22 +144,16 @@ def run_build(args: argparse.Namespace) -> int:
         videos=args.videos, character=args.character, reference_image=args.reference_image,
         out=args.out, limit=args.limit, num_proc=args.num_proc, batch_size=args.batch_size,
         test_fraction=args.test_fraction, episode_gap=args.episode_gap,
-        extract=ExtractOptions(height, width, args.cut_threshold, args.min_moving, args.flow),
+        extract=ExtractOptions(height, width, args.cut_threshold, args.min_moving, args.flow,
+                               args.adaptive_threshold),
     )
     check_inputs(options)  # before a model is loaded for nothing
     annotator: Annotator = (
         AnswerFile(args.annotations) if args.annotations else VisionLanguageModel(args.annotator)
     )
-    extractor: ShotFeatureExtractor | None = None
-    if args.features == "tiny":
-        extractor = tiny_feature_extractor()
-    elif args.features == "real":
-        towers = load_registry().shot_towers
-        if towers is None:
-            raise DataError("--features real needs `shot_towers` in the character registry")
-        extractor = registry_feature_extractor(towers)
+    extractor = feature_extractor(args.features)
     result = build(options, annotator, extractor)
-    print(_summary(result))
+    print(summary(result))
     print(f"dataset: {args.out} (report: {args.out / 'report.json'})")
     return 0
 

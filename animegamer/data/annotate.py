@@ -159,21 +159,44 @@ class Annotator(Protocol):
         """The raw answer text of each request, or None when there is none for it."""
         ...
 
+    def unmatched(self, shots: Sequence[tuple[str, float]]) -> list[dict[str, Any]]:
+        """The answers given ahead (a file's) that belong to none of `shots` ((video, start)),
+        with the reason; empty for a source that answers each shot asked."""
+        ...
 
-def _start_key(start: float) -> int:
-    return round(start * 1000)
+
+MATCH_TOLERANCE_S = 0.25
+"""An answer keyed by a start time matches the shot whose start lies nearest, this close or
+closer: a shot starts on the 1/24 s grid the video is decoded at (a cut at 2.7 s of a 10 fps
+video starts its shot at 2.708 s), and shots lie 2 s or more apart."""
+ANSWER_KEYS = {"video", "start", "answer"}
+OPTIONAL_KEYS = {"end"}
+"""`end` (seconds) is what `answers_template.jsonl` adds for people annotating by hand; it is
+not used to match."""
+
+
+@dataclass(frozen=True)
+class FileAnswer:
+    """One line of an answers file."""
+
+    video: str
+    start: float
+    line: int
+    text: str
 
 
 class AnswerFile:
     """Answers from a JSONL file, one object per line:
-    `{"video": "<path below --videos>", "start": <seconds>, "answer": {...} or "<raw text>"}`.
-    A start matches a shot when both round to the same millisecond."""
+    `{"video": "<path below --videos>", "start": <seconds>, "answer": {...} or "<raw text>"}`
+    (and optionally `"end"`). An answer belongs to the shot of its video whose start lies
+    nearest to its `start`, within `MATCH_TOLERANCE_S`; `unmatched` lists those that found
+    none."""
 
     cached = False
 
     def __init__(self, path: Path) -> None:
         self.name = str(path)
-        self._answers: dict[tuple[str, int], str] = {}
+        self._answers: dict[str, list[FileAnswer]] = {}
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
@@ -188,19 +211,54 @@ class AnswerFile:
             entry = json.loads(line)
         except json.JSONDecodeError as error:
             raise DataError(f"{where}: not JSON ({error.msg})") from None
-        if not isinstance(entry, dict) or set(entry) != {"video", "start", "answer"}:
-            raise DataError(f"{where}: needs exactly the keys video, start and answer")
+        allowed = ANSWER_KEYS | OPTIONAL_KEYS
+        if not isinstance(entry, dict) or not ANSWER_KEYS <= set(entry) <= allowed:
+            raise DataError(f"{where}: needs the keys video, start and answer (and optionally "
+                            "end), and no others")
         video, start, answer = entry["video"], entry["start"], entry["answer"]
         is_number = isinstance(start, int | float) and not isinstance(start, bool)
         if not isinstance(video, str) or not is_number or start < 0:
             raise DataError(f"{where}: video must be text and start a number of seconds ≥ 0")
-        key = (video, _start_key(start))
-        if key in self._answers:
+        same = self._answers.setdefault(video, [])
+        if any(abs(other.start - start) < 1e-3 for other in same):
             raise DataError(f"{where}: a second answer for {video} at {start} s")
-        self._answers[key] = answer if isinstance(answer, str) else json.dumps(answer)
+        text = answer if isinstance(answer, str) else json.dumps(answer)
+        same.append(FileAnswer(video, float(start), number, text))
+
+    def _nearest(self, video: str, start: float) -> FileAnswer | None:
+        """The answer of `video` nearest to a shot starting at `start`, within tolerance."""
+        own = self._answers.get(video, ())
+        close = [a for a in own if abs(a.start - start) <= MATCH_TOLERANCE_S]
+        return min(close, key=lambda a: abs(a.start - start), default=None)
 
     def answer(self, requests: Sequence[AnnotationRequest]) -> list[str | None]:
-        return [self._answers.get((r.video, _start_key(r.start))) for r in requests]
+        found = (self._nearest(r.video, r.start) for r in requests)
+        return [match.text if match else None for match in found]
+
+    def unmatched(self, shots: Sequence[tuple[str, float]]) -> list[dict[str, Any]]:
+        """The answers that belong to none of `shots` ((video, start) of every shot the build
+        made, kept or not), each with its line and the reason."""
+        taken = {id(m) for m in (self._nearest(v, s) for v, s in shots) if m is not None}
+        starts: dict[str, list[float]] = {}
+        for video, start in shots:
+            starts.setdefault(video, []).append(start)
+        missed = []
+        for answers in self._answers.values():
+            for answer in answers:
+                if id(answer) in taken:
+                    continue
+                own = starts.get(answer.video, [])
+                nearest = min(own, key=lambda s: abs(s - answer.start), default=None)
+                if nearest is None:
+                    reason = f"no shot of {answer.video} was built (see the report's videos)"
+                elif abs(nearest - answer.start) <= MATCH_TOLERANCE_S:
+                    reason = f"another answer lies nearer to the shot at {nearest:.3f} s"
+                else:
+                    reason = (f"no shot starts within {MATCH_TOLERANCE_S} s (the nearest "
+                              f"starts at {nearest:.3f} s)")
+                missed.append({"video": answer.video, "start": answer.start,
+                               "line": answer.line, "reason": reason})
+        return sorted(missed, key=lambda m: m["line"])
 
 
 def prompt(character: str) -> str:
@@ -265,3 +323,6 @@ class VisionLanguageModel:
             )
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
         return list(self.processor.batch_decode(new_tokens, skip_special_tokens=True))
+
+    def unmatched(self, shots: Sequence[tuple[str, float]]) -> list[dict[str, Any]]:
+        return []

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from animegamer.data import dataset, layout
 from animegamer.data.annotate import (
+    ANSWER_FIELDS,
     Annotation,
     AnnotationRequest,
     Annotator,
@@ -43,11 +44,14 @@ from animegamer.data.extract import ExtractOptions, VideoJob, extract_video, run
 from animegamer.data.features import ShotFeatureExtractor, is_current, write_features
 from animegamer.data.flow import MotionLevels
 from animegamer.data.report import Skip, make_report
+from animegamer.data.shots import MIN_SEGMENT_SECONDS
 from animegamer.data.store import append_record, read_records, write_atomic, write_json
 from animegamer.game import MAX_FIELD_CHARS, normalise_field
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".ts", ".mpg", ".mpeg")
 WORK_FORMAT = 1
+EMPTY_AS_NULL = ("character_present", "social", "entertainment", "stamina")
+"""Answer fields the template leaves null (a flag or a number), the others empty text."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,7 @@ def _shots(
     options: BuildOptions, videos: Sequence[dict[str, Any]]
 ) -> tuple[list[Shot], list[Skip]]:
     """The kept shots of the extracted videos in order (the first `--limit`), and the static
-    ones as skips."""
+    ones as skips (`Skip.start` and `Skip.video` say where every shot that is not kept lies)."""
     order = {record["video"]: index for index, record in enumerate(videos)}
     done = {record["video"] for record in videos if record["status"] == "done"}
     kept: dict[str, Shot] = {}
@@ -281,6 +285,38 @@ def _annotate(
     return annotated, skips
 
 
+def _answer_report(
+    annotator: Annotator, shots: Sequence[Shot], static: Sequence[Skip],
+    answers: dict[str, str | None],
+) -> dict[str, Any]:
+    """Which answers found a shot, which matched none (a file's, with the reason) and which kept
+    shots have none."""
+    every = [(s.video, s.start) for s in shots] + [(s.video, s.start) for s in static]
+    unmatched = annotator.unmatched(sorted(every))
+    missing = [
+        {"video": s.video, "start": s.start, "end": round(s.start + MIN_SEGMENT_SECONDS, 6)}
+        for s in shots if answers.get(s.shot_id) is None
+    ]
+    return {
+        "source": annotator.name, "matched": len(shots) - len(missing),
+        "unmatched": unmatched, "shots_without_answer": missing,
+    }
+
+
+def _write_template(options: BuildOptions, shots: Sequence[Shot]) -> None:
+    """`answers_template.jsonl`: one line per kept shot with empty answer fields, for people or
+    tools that annotate by hand (`--annotations` reads it back once filled in)."""
+    empty = {name: None if name in EMPTY_AS_NULL else "" for name in ANSWER_FIELDS}
+    lines = [
+        json.dumps({"video": s.video, "start": s.start,
+                    "end": round(s.start + MIN_SEGMENT_SECONDS, 6), "answer": empty})
+        for s in shots
+    ]
+    text = "".join(line + "\n" for line in lines)
+    write_atomic(options.out / layout.TEMPLATE,
+                 lambda partial: partial.write_text(text, encoding="utf-8"))
+
+
 def _motion_text(annotation: Annotation) -> str:
     return f"{annotation.instruction.adverb} {annotation.instruction.motion}"
 
@@ -358,8 +394,10 @@ def build(
 
     records = _extract_stage(options, videos)
     shots, static = _shots(options, records)
+    _write_template(options, shots)
     lap("clips")
     answers = _answers(options, character, annotator, shots)
+    answer_report = _answer_report(annotator, shots, static, answers)
     lap("answers")
     annotated, skipped = _annotate(shots, answers, character, annotator.name)
     if extractor is not None:
@@ -385,6 +423,7 @@ def build(
             "features": len(annotated) if extractor is not None else 0,
         },
         skips=[*static, *skipped], rows={split: rows[split] for split in splits}, levels=levels,
+        answers=answer_report,
     )
     write_json(options.out / layout.REPORT, report)
     lap("rows")

@@ -8,6 +8,7 @@ an interrupted video without writing any shot twice.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,19 @@ from animegamer.data import layout
 from animegamer.data.decode import FrameStream, VideoInfo, probe
 from animegamer.data.errors import VideoError
 from animegamer.data.flow import motion_stats
-from animegamer.data.shots import CLIP_FPS, CUT_THRESHOLD, Clip, CutStats, cut_clips
+from animegamer.data.shots import (
+    ADAPTIVE_THRESHOLD,
+    CLIP_FPS,
+    CUT_THRESHOLD,
+    Clip,
+    CutDetector,
+    CutOptions,
+    CutStats,
+    cut_clips,
+    detection_size,
+)
 from animegamer.data.store import append_record, write_atomic
+from animegamer.mp4check import truncation
 from animegamer.video import write_mp4
 
 MIN_MOVING = 0.002
@@ -31,6 +43,7 @@ class ExtractOptions:
     threshold: float = CUT_THRESHOLD
     min_moving: float = MIN_MOVING
     flow_method: str = "farneback"
+    adaptive_threshold: float = ADAPTIVE_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -76,12 +89,18 @@ def extract_video(job: VideoJob, options: ExtractOptions) -> dict[str, Any]:
     problem = orientation_problem(info, options.height, options.width)
     if problem:
         return _finish(job, record, status="failed", reason=f"{job.path}: {problem}")
+    truncated = truncation(job.path)
+    detector = CutDetector(CutOptions(options.threshold, options.adaptive_threshold))
     stream = FrameStream(job.path, info, options.height, options.width)
     stats = CutStats()
     kept = static = 0
     complete = True
+    # A video that breaks off keeps the cuts found so far; the clip pass meets the same error
+    # and records it.
+    with contextlib.suppress(VideoError):
+        detector.feed(FrameStream(job.path, info, *detection_size(options.height, options.width)))
     try:
-        for clip in cut_clips(stream, stats, options.threshold):
+        for clip in cut_clips(stream, [cut.frame for cut in detector.cuts], stats):
             if job.cap is not None and kept >= job.cap:
                 complete = False
                 break
@@ -92,10 +111,12 @@ def extract_video(job: VideoJob, options: ExtractOptions) -> dict[str, Any]:
         if not stats.frames:
             return _finish(job, record, status="failed", reason=str(error))
         record["warning"] = str(error)
+    if truncated:
+        record["partial"] = f"{job.path}: {truncated}; the shots before the missing part are kept"
     record.update(
         segments=stats.segments, too_short=stats.too_short, frames=stats.frames, kept=kept,
         static=static, complete=complete, variable_frame_rate=stream.variable_frame_rate,
-        width=info.width, height=info.height,
+        width=info.width, height=info.height, cuts=[cut.record() for cut in detector.cuts],
     )
     return _finish(job, record, status="done")
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from safetensors import safe_open
 
+from animegamer.data.errors import DataError
 from animegamer.data.store import write_atomic
 
 if TYPE_CHECKING:
@@ -66,22 +67,54 @@ def tiny_feature_extractor(width: int = 32, seed: int = 0) -> TowerFeatureExtrac
 
 
 def registry_feature_extractor(sources: ShotTowerSources) -> TowerFeatureExtractor:
-    """The real towers at the registry's pinned revisions (downloaded once into the Hub cache)."""
+    """The real towers at the registry's pinned revisions (downloaded once into the Hub cache).
+
+    A tower that is neither cached nor reachable is a `DataError` naming its repository and
+    what to do, raised before anything is built."""
     import torch
 
-    from animegamer.hub import fetch
+    from animegamer.hub import HubError, fetch
     from animegamer.models.shot_encoder import ShotTowers
 
     gpu = torch.cuda.is_available()
+    folders = []
+    for ref, patterns in ((sources.image_encoder, ["*.json", "*.safetensors"]),
+                          (sources.text_encoder, ["*.json", "*.safetensors"]),
+                          (sources.tokenizer, None)):
+        try:
+            folders.append(fetch(ref, patterns))
+        except (HubError, OSError) as error:
+            reason = " ".join(str(error).split())
+            raise DataError(
+                f"the real shot towers need {ref.describe()}, which is not in the Hugging Face "
+                f"cache and cannot be downloaded ({reason}). Run once with network access "
+                "(about 10 GB, kept in the cache), or copy a cache that holds it into HF_HOME; "
+                "on a CPU use the CPU recipe (recipes/cpu.yaml: tiny towers)"
+            ) from None
     towers = ShotTowers.from_pretrained(
-        fetch(sources.image_encoder, ["*.json", "*.safetensors"]),
-        fetch(sources.text_encoder, ["*.json", "*.safetensors"]),
-        fetch(sources.tokenizer, None),
-        dtype=torch.bfloat16 if gpu else torch.float32,
-        device="cuda" if gpu else "cpu",
+        *folders, dtype=torch.bfloat16 if gpu else torch.float32, device="cuda" if gpu else "cpu",
     )
     name = ";".join(ref.describe() for ref in (sources.image_encoder, sources.text_encoder))
     return TowerFeatureExtractor(towers, name)
+
+
+FEATURE_KINDS = ("none", "real", "tiny")
+"""What a build caches: no features, the registry's real towers', or tiny random towers'."""
+
+
+def feature_extractor(kind: str) -> ShotFeatureExtractor | None:
+    """The extractor for a `FEATURE_KINDS` name (`DataError` when the real towers cannot be
+    had)."""
+    if kind == "tiny":
+        return tiny_feature_extractor()
+    if kind == "real":
+        from animegamer.characters import load_registry
+
+        towers = load_registry().shot_towers
+        if towers is None:
+            raise DataError("the real shot towers need `shot_towers` in the character registry")
+        return registry_feature_extractor(towers)
+    return None
 
 
 def is_current(path: Path, extractor: str, motion_text: str) -> bool:

@@ -8,6 +8,8 @@ Inside the dataset folder:
     clips/<video id>/<shot id>.mp4         the shots (paths in rows are relative)
     features/<video id>/<shot id>.safetensors
     reference.<ext>                        the character's reference image
+    answers_template.jsonl                 one line per kept shot (video, start, end) with
+                                           empty answer fields, to annotate by hand
     levels.json                            the fitted motion levels (`MotionLevels.to_dict`)
     report.json                            what each stage did, and every skip with its reason
     work/                                  the build's records (what makes a rerun resume)
@@ -29,6 +31,7 @@ REPORT = "report.json"
 LEVELS = "levels.json"
 CARD = "README.md"
 REFERENCE = "reference"
+TEMPLATE = "answers_template.jsonl"
 CLIP_LOG = f"{WORK}/clips.jsonl"
 VIDEO_LOG = f"{WORK}/videos.jsonl"
 ANSWER_LOG = f"{WORK}/answers.jsonl"

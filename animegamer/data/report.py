@@ -32,8 +32,10 @@ def _videos(records: Sequence[Mapping[str, Any]], found: int) -> dict[str, Any]:
         "not_reached": found - len(records),
         "failed": {r["video"]: r["reason"] for r in records if r["status"] == "failed"},
         "warnings": {r["video"]: r["warning"] for r in done if "warning" in r},
+        "partial": {r["video"]: r["partial"] for r in done if "partial" in r},
         "no_cuts": sorted(r["video"] for r in done if r["segments"] == 1),
         "variable_frame_rate": sorted(r["video"] for r in done if r["variable_frame_rate"]),
+        "cuts": {r["video"]: r.get("cuts", []) for r in done},
     }
 
 
@@ -54,9 +56,12 @@ def make_report(
     skips: Sequence[Skip],
     rows: Mapping[str, Sequence[Mapping[str, Any]]],
     levels: MotionLevels | None,
+    answers: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report as a JSON-ready dict; deterministic (no times), so a resumed build writes the
-    same report as an uninterrupted one."""
+    same report as an uninterrupted one. `videos.cuts` lists each video's cuts with both
+    detectors' scores (`shots.Cut`); `answers` says which answers of a file matched no shot and
+    which shots have none."""
     every_row = [row for split in rows.values() for row in split]
     episodes = Counter(row["episode_id"] for row in every_row)
     done = [v for v in videos if v["status"] == "done"]
@@ -69,6 +74,7 @@ def make_report(
             **stages,
             "rows": {split: len(split_rows) for split, split_rows in rows.items()},
         },
+        "answers": dict(answers or {}),
         "skipped": dict(Counter(f"{s.stage}: {s.kind}" for s in skips).most_common()),
         "skips": [asdict(s) for s in skips],
         "levels": levels.to_dict() if levels else None,

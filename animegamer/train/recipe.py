@@ -9,6 +9,7 @@
     decoder:   {...}                 # phase a (`DecoderRecipe`)
     game_state: {...}                # phase b (its own model, validated by its phase)
     adapt:     {...}                 # phase c (`AdaptRecipe`)
+    data: {clip_size: [480, 720], features: real}   # the dataset `animegamer.create` builds
 
 `load_recipe` validates it and names the file and the field of any error.
 """
@@ -204,8 +205,26 @@ class AdaptRecipe(TransformerStage):
     uncond_dropout: float = Field(default=0.1, ge=0, le=1)
 
 
+class DataRecipe(_Section):
+    """How `python -m animegamer.create` builds the dataset this recipe trains on: the clips'
+    [height, width] (the tiny CPU models take 64×96, CogVideoX-2B 480×720) and the shot
+    encoder's frozen towers whose features are cached (`real`: CLIP ViT-B-16 and T5, from the
+    registry's `shot_towers`; `tiny`: tiny random towers)."""
+
+    clip_size: tuple[int, int]
+    features: Literal["real", "tiny"]
+
+    @field_validator("clip_size")
+    @classmethod
+    def _sides(cls, size: tuple[int, int]) -> tuple[int, int]:
+        if min(size) < 16 or max(size) > 2048 or size[0] % 16 or size[1] % 16:
+            raise ValueError("[height, width]: multiples of 16 in 16..2048")
+        return size
+
+
 class Recipe(_Section):
-    """A whole training run; phases missing from the file cannot be run."""
+    """A whole training run; phases missing from the file cannot be run. `data` is read by
+    `animegamer.create` only."""
 
     seed: int = 0
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
@@ -217,6 +236,7 @@ class Recipe(_Section):
     decoder: DecoderRecipe | None = None
     game_state: dict[str, Any] | None = None
     adapt: AdaptRecipe | None = None
+    data: DataRecipe | None = None
 
 
 class RecipeError(ValueError):

@@ -1,0 +1,214 @@
+"""From a folder of videos to a playable, registered character: the data build, the three
+training phases and the assembly, then the registry entry.
+
+Everything the user gave is checked before anything is written (`prepare`): the recipe, the
+videos folder, the reference image, every line of the answers file, the registry and, for a
+recipe with the real towers, that they are at hand. Each stage is resumable (the build records
+what it did in `OUT/dataset/work/`, training checkpoints in `OUT/run/checkpoints/`), so a rerun
+of the same command continues where a stop left it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from animegamer.characters import RegistryError
+from animegamer.create.register import check_name_free, entry, register
+from animegamer.data.__main__ import summary
+from animegamer.data.annotate import Annotator, AnswerFile, VisionLanguageModel
+from animegamer.data.build import BuildOptions, BuildResult, build, check_inputs, find_videos
+from animegamer.data.dataset import read_rows
+from animegamer.data.errors import DataError
+from animegamer.data.extract import ExtractOptions
+from animegamer.data.features import ShotFeatureExtractor, feature_extractor
+from animegamer.settings import DEFAULT_REGISTRY, PACKAGE_ROOT
+from animegamer.train.loop import LOGS, read_losses
+from animegamer.train.recipe import DataRecipe, Recipe, RecipeError, load_recipe
+
+DEFAULT_RECIPE = PACKAGE_ROOT.parent / "recipes" / "cpu.yaml"
+DATASET = "dataset"
+RUN = "run"
+CHARACTER = "character"
+PHASES = ("vae", "decoder", "game_state", "adapt")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+
+
+class CreateError(Exception):
+    """Input `create` cannot use; the message is one line that names the file and what to do."""
+
+
+@dataclass(frozen=True)
+class CreateOptions:
+    videos: Path
+    character: str
+    reference_image: Path
+    out: Path
+    annotations: Path | None = None
+    annotator: str | None = None
+    recipes: tuple[Path, ...] = (DEFAULT_RECIPE,)
+    registry: Path | None = None
+    """Where `--register` writes the entry; None: not registered."""
+    num_proc: int = 1
+
+    @property
+    def dataset(self) -> Path:
+        return self.out / DATASET
+
+    @property
+    def run(self) -> Path:
+        return self.out / RUN
+
+    @property
+    def character_dir(self) -> Path:
+        return self.run / CHARACTER
+
+
+@dataclass
+class Prepared:
+    """What the checks made: the recipe, the build's options, the annotator and extractor."""
+
+    recipe: Recipe
+    data: DataRecipe
+    build: BuildOptions
+    annotator: Annotator
+    extractor: ShotFeatureExtractor | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _recipe(options: CreateOptions) -> tuple[Recipe, DataRecipe]:
+    recipe = load_recipe(*options.recipes)
+    if recipe.data is None:
+        names = " + ".join(map(str, options.recipes))
+        raise CreateError(f"{names}: the recipe has no 'data' section (clip_size, features); "
+                          "add one, or use recipes/cpu.yaml")
+    return recipe, recipe.data
+
+
+def _check_registry(options: CreateOptions) -> None:
+    if options.registry is None:
+        return
+    if not re.fullmatch(_NAME, options.character):
+        raise CreateError(f"--character {options.character!r}: a registered name is 1-64 "
+                          "letters, digits, _ or -, starting with a letter or digit")
+    check_name_free(options.registry, options.character, options.character_dir)
+
+
+def prepare(options: CreateOptions) -> Prepared:
+    """Check every input; nothing is written. Raises `CreateError` (one line) or the data,
+    recipe and registry errors, whose messages are one line too."""
+    recipe, data = _recipe(options)
+    height, width = data.clip_size
+    build_options = BuildOptions(
+        videos=options.videos, character=options.character,
+        reference_image=options.reference_image, out=options.dataset,
+        num_proc=options.num_proc, extract=ExtractOptions(height, width),
+    )
+    check_inputs(build_options)
+    find_videos(options.videos, options.dataset)
+    _check_registry(options)
+    annotator: Annotator
+    if options.annotations is not None:
+        annotator = AnswerFile(options.annotations)
+    else:
+        annotator = VisionLanguageModel(str(options.annotator))
+    return Prepared(recipe, data, build_options, annotator, feature_extractor(data.features))
+
+
+def build_stage(prepared: Prepared, say: Callable[[str], None]) -> BuildResult:
+    started = time.perf_counter()
+    result = build(prepared.build, prepared.annotator, prepared.extractor)
+    prepared.seconds["data"] = time.perf_counter() - started
+    for line in summary(result).splitlines():
+        say(f"  {line}")
+    rows = result.report["stages"]["rows"]
+    if not rows.get("train"):
+        report = prepared.build.out / "report.json"
+        raise CreateError(f"no shot of the training split has a usable answer (see {report}, "
+                          "'answers' and 'skips'): fix the answers and rerun the same command")
+    return result
+
+
+def train_stage(options: CreateOptions, prepared: Prepared, say: Callable[[str], None]) -> None:
+    from animegamer.train.__main__ import main as train
+
+    argv = ["all", "--dataset", str(options.dataset), "--out", str(options.run), "--resume",
+            "--name", options.character]
+    for recipe in options.recipes:
+        argv += ["--config", str(recipe)]
+    started = time.perf_counter()
+    if train(argv) != 0:
+        raise CreateError(f"training stopped (the error is above); rerun the same command to "
+                          f"continue from the last checkpoint in {options.run / 'checkpoints'}")
+    prepared.seconds["train"] = time.perf_counter() - started
+    for line in loss_lines(options.run):
+        say(f"  {line}")
+
+
+def loss_lines(run: Path) -> list[str]:
+    """Each trained phase's steps and first and last loss (from OUT/run/logs)."""
+    lines = []
+    for phase in PHASES:
+        log = run / LOGS / phase / "losses.jsonl"
+        records = read_losses(log) if log.is_file() else []
+        if records:
+            first, last = records[0], records[-1]
+            lines.append(f"{phase}: {int(last['step'])} steps, loss {first['loss']:.4f} → "
+                         f"{last['loss']:.4f}")
+    return lines
+
+
+def register_stage(options: CreateOptions, say: Callable[[str], None]) -> None:
+    assert options.registry is not None
+    rows = [row for split in read_rows(options.dataset).values() for row in split]
+    new = entry(options.character, options.character_dir, options.registry, rows)
+    added = register(options.registry, new)
+    repo = new["weights"]["converted"]["repo"]
+    state = "added to" if added else "already in"
+    say(f"  {options.character} {state} {options.registry} (converted: {repo}, relative to "
+        "the registry file's folder)")
+
+
+def play_command(options: CreateOptions, rows: Sequence[dict]) -> str:
+    """The exact command that plays the character's first instruction."""
+    first = rows[0]
+    text = (f"Character: {options.character}; Motion: {first['adverb']} {first['motion']}; "
+            f"Background: {first['time']} {first['place']}.")
+    command = ["python", "-m", "animegamer", "play", "--character", options.character,
+               "--out", str(options.out / "play"), text]
+    prefix = ""
+    if options.registry is not None and options.registry.resolve() != DEFAULT_REGISTRY.resolve():
+        prefix = f"ANIMEGAMER_CHARACTERS={shlex.quote(str(options.registry))} "
+    return prefix + shlex.join(command)
+
+
+def create(options: CreateOptions, say: Callable[[str], None] = print) -> Path:
+    """Run every stage; returns the character folder. Errors as `prepare`'s."""
+    prepared = prepare(options)
+    say(f"[1/3] data: {options.videos} → {options.dataset} "
+        f"({prepared.data.clip_size[0]}×{prepared.data.clip_size[1]}, "
+        f"{prepared.data.features} towers)")
+    build_stage(prepared, say)
+    say(f"  time: {prepared.seconds['data']:.1f} s")
+    say(f"[2/3] training: {' + '.join(map(str, options.recipes))} → {options.run}")
+    train_stage(options, prepared, say)
+    say(f"  time: {prepared.seconds['train']:.1f} s; character folder: {options.character_dir}")
+    rows = read_rows(options.dataset).get("train", [])
+    if options.registry is None:
+        say("[3/3] registry: not registered (add --register to list it in assets/characters.yaml, "
+            "or --register FILE)")
+        say(f"done in {sum(prepared.seconds.values()):.0f} s. Register it to play it.")
+        return options.character_dir
+    say(f"[3/3] registry: {options.registry}")
+    register_stage(options, say)
+    say(f"done in {sum(prepared.seconds.values()):.0f} s. Play it:")
+    say(play_command(options, rows))
+    return options.character_dir
+
+
+INPUT_ERRORS = (CreateError, DataError, RecipeError, RegistryError)
+"""The errors `create` reports as one line (exit status 2)."""
