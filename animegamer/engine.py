@@ -285,7 +285,10 @@ def nano_character_folders(nano_dir: Path) -> dict[str, Path]:
     try:
         for manifest in manifests:
             check_layout(manifest.parent)
-            folders[str(read_manifest(manifest.parent)["character"])] = manifest.parent
+            name = str(read_manifest(manifest.parent)["character"])
+            if name in folders:
+                raise ConversionError(f"{folders[name]} and {manifest.parent} both hold {name}")
+            folders[name] = manifest.parent
     except ConversionError as error:
         raise EngineError(f"the Nano world cannot be played: {error}") from None
     return folders

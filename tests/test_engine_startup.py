@@ -166,3 +166,13 @@ def test_an_incomplete_nano_folder_falls_back_to_preview_and_nano_alone_refuses(
     assert kind == "preview" and notice.startswith("No GPU was found. Preview mode")
     with pytest.raises(EngineError, match=r"cannot be played: .*missing \.\./vae/config"):
         create_engine(_settings(tmp_path, "nano", nano), startup.resolve, CHARACTERS)
+
+
+def test_two_nano_folders_of_one_character_are_refused(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU)
+    nano = _nano_folder(tmp_path / "nano")
+    manifest = json.loads((nano / "sosuke" / "animegamer.json").read_text())
+    (nano / "sosuke" / "animegamer.json").write_text(json.dumps({**manifest, "character": "Qiqi"}))
+    with pytest.raises(EngineError, match=r"qiqi and .*sosuke both hold Qiqi"):
+        create_engine(_settings(tmp_path, "nano", nano), startup.resolve, CHARACTERS)
+    assert startup.loaded == []
