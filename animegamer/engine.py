@@ -281,7 +281,7 @@ def nano_character_folders(nano_dir: Path) -> dict[str, Path]:
     manifests = sorted(Path(nano_dir).glob(f"*/{MANIFEST_NAME}"))
     if not manifests:
         raise EngineError(f"the Nano world cannot be played: no character folder in {nano_dir}")
-    folders = {}
+    folders: dict[str, Path] = {}
     try:
         for manifest in manifests:
             check_layout(manifest.parent)
