@@ -49,8 +49,8 @@ logger = logging.getLogger(__name__)
 EngineKind = Literal["real", "nano", "preview"]
 ProgressCallback = Callable[[float, str], None]
 PREVIEW_REPRESENTATION_DIM = 64
-SHARED_MODELS_CHARACTERS = 1 << 16
-"""Characters the CPU engines (Nano, preview) serve at once: all, as they share one model set."""
+CPU_RESIDENT_CHARACTERS = 1 << 16
+"""Characters the CPU engines (Nano, preview) keep loaded: all (their models are small)."""
 NANO_NOTICE = (
     "Playing AnimeGamer-Nano: a small anime world (64×96 clips) whose models this project trained "
     "on a CPU. With a GPU and the released checkpoints, the real AnimeGamer models play instead "
@@ -227,13 +227,17 @@ class TurnEngine:
 
 
 def load_character_models(directory: Path, placement: Placement) -> CharacterModels:
-    """Load both networks of a character from a project-layout directory."""
+    """Load both networks of a character from a project-layout directory (its VAE from the
+    shared folder its manifest names, if it names one: `convert.character.shared_components`)."""
+    from animegamer.convert.character import shared_components
+
     game_state = GameStateModel.from_pretrained(
         directory, device=placement.load_device, dtype=placement.game_state_dtype
     )
     # play renders game-state representations: the shot encoder stays on disk
     decoder = AnimeGamerPipeline.from_pretrained(
-        directory, dtype=placement.decoder_dtype, shot_encoder=None
+        directory, dtype=placement.decoder_dtype, shot_encoder=None,
+        **shared_components(directory, placement.decoder_dtype),
     )
     if placement.offload:
         decoder.enable_model_cpu_offload(device=placement.device)
@@ -260,21 +264,53 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
     with tempfile.TemporaryDirectory(prefix="animegamer-preview-") as folder:
         models = load_character_models(build_preview_directory(Path(folder)), CPU_PLACEMENT)
-    return _shared_models_engine(models, "preview", settings.preview_steps, settings, notice)
+    engine = _cpu_engine(
+        lambda character, placement: models, "preview", settings.preview_steps, settings, notice
+    )
+    engine.representation_dim = models.game_state.representation_dim
+    return engine
+
+
+def nano_character_folders(nano_dir: Path) -> dict[str, Path]:
+    """The Nano world's character folders under `nano_dir` (one per character, as the release
+    has a model set per character), by the character their manifest names; `EngineError` when
+    there is none or one is incomplete."""
+    from animegamer.convert.character import MANIFEST_NAME, check_layout, read_manifest
+    from animegamer.convert.errors import ConversionError
+
+    manifests = sorted(Path(nano_dir).glob(f"*/{MANIFEST_NAME}"))
+    if not manifests:
+        raise EngineError(f"the Nano world cannot be played: no character folder in {nano_dir}")
+    folders: dict[str, Path] = {}
+    try:
+        for manifest in manifests:
+            check_layout(manifest.parent)
+            name = str(read_manifest(manifest.parent)["character"])
+            if name in folders:
+                raise ConversionError(f"{folders[name]} and {manifest.parent} both hold {name}")
+            folders[name] = manifest.parent
+    except ConversionError as error:
+        raise EngineError(f"the Nano world cannot be played: {error}") from None
+    return folders
 
 
 def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEngine:
-    """AnimeGamer-Nano's trained models (`settings.nano_dir`), on the CPU, shared by every
-    character of the world; `EngineError` when its folder is missing or incomplete."""
-    from animegamer.convert.character import check_layout
-    from animegamer.convert.errors import ConversionError
+    """AnimeGamer-Nano's trained models on the CPU: each character plays its own folder under
+    `settings.nano_dir` (`nano_character_folders`), all loaded now; `EngineError` when they are
+    missing or incomplete."""
+    folders = nano_character_folders(settings.nano_dir)
 
-    try:
-        check_layout(settings.nano_dir)
-    except ConversionError as error:
-        raise EngineError(f"the Nano world cannot be played: {error}") from None
-    models = load_character_models(settings.nano_dir, CPU_PLACEMENT)
-    return _shared_models_engine(models, "nano", settings.nano_steps, settings, notice)
+    def load(character: str, placement: Placement) -> CharacterModels:
+        if character not in folders:
+            raise EngineError(
+                f"the Nano world has no model of {character} (it has {', '.join(folders)})"
+            )
+        return load_character_models(folders[character], placement)
+
+    engine = _cpu_engine(load, "nano", settings.nano_steps, settings, notice)
+    for character in folders:
+        engine.load(character)
+    return engine
 
 
 def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
@@ -288,20 +324,18 @@ def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
         return create_preview_engine(settings, lead + PREVIEW_NOTICE)
 
 
-def _shared_models_engine(
-    models: CharacterModels, kind: EngineKind, steps: int, settings: Settings, notice: str
+def _cpu_engine(
+    load: CharacterModelsLoader, kind: EngineKind, steps: int, settings: Settings, notice: str
 ) -> TurnEngine:
-    engine = TurnEngine(
-        lambda character, placement: models,
+    return TurnEngine(
+        load,
         kind=kind,
-        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=SHARED_MODELS_CHARACTERS),
+        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=CPU_RESIDENT_CHARACTERS),
         num_inference_steps=steps,
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         notice=notice,
     )
-    engine.representation_dim = models.game_state.representation_dim
-    return engine
 
 
 def create_engine(

@@ -14,7 +14,8 @@ from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
 DEFAULT_NANO_DIR = PACKAGE_ROOT.parent / "assets" / "nano"
-"""AnimeGamer-Nano's trained character folder, shipped in the repository."""
+"""AnimeGamer-Nano's trained character folders (one per character, `qiqi/` and `sosuke/`, and the
+VAE they share, `vae/`), shipped in the repository."""
 ENGINE_KINDS = ("auto", "real", "nano", "preview")
 LOW_VRAM_CHOICES = ("auto", "on", "off")
 PRESET_CHOICES = ("quality", "fast", "low-vram")
@@ -50,7 +51,7 @@ class Settings:
     `steps` / `nano_steps` / `preview_steps`: diffusion steps of the real, the Nano and the
     preview decoder. Nano's 12 keep a turn under 2 s on 2 CPU cores; on its held-out turns
     the world probes read the same at 12 as at 20 steps (docs/nano.md). `nano_dir`: the Nano world's
-    character folder.
+    character folders (one per character, `create_nano_engine`).
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
     `zero_gpu`: running on a ZeroGPU Space (set by the platform); `space_id`: the Space's
     `owner/name` when running on Hugging Face Spaces (`SPACE_ID`, set by the platform).

@@ -10,7 +10,8 @@ It prints, per source, the world probes' agreement with the instruction (Nano wo
 ACC-F / MAE-F of the clips' measured levels against the annotated ones, overall and per
 character.
 
-    .venv/bin/python benchmarks/decoder_fidelity.py --dataset datasets/nano --models assets/nano \
+    .venv/bin/python benchmarks/decoder_fidelity.py --dataset datasets/nano/qiqi \
+        --models assets/nano/qiqi \
         [--source truth teacher] [--every 4] [--steps 12] [--window 3]
 """
 
@@ -30,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from animegamer.convert.character import shared_components
 from animegamer.data import layout
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels, motion_scope
@@ -99,7 +101,9 @@ def main() -> None:
     if not rows:
         sys.exit(f"{args.dataset} has no {args.split} rows")
     levels = MotionLevels.from_dict(json.loads((args.dataset / layout.LEVELS).read_text()))
-    pipeline = AnimeGamerPipeline.from_pretrained(args.models, dtype=torch.float32)
+    pipeline = AnimeGamerPipeline.from_pretrained(
+        args.models, dtype=torch.float32, **shared_components(args.models, torch.float32)
+    )
     if pipeline.shot_encoder is None:
         sys.exit(f"{args.models} has no shot_encoder/")
     pipeline.set_progress_bar_config(disable=True)

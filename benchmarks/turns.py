@@ -45,7 +45,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help="diffusion steps (default: the engine's, 12 for Nano, 8 preview)")
     parser.add_argument("--nano-dir", type=Path, default=None,
-                        help="a Nano character folder (default: the shipped assets/nano)")
+                        help="the Nano world's folders, one per character (default: the shipped "
+                        "assets/nano)")
     args = parser.parse_args()
     if args.turns < 20:
         parser.error("--turns must be at least 20 (two sets of 10 are compared)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,11 +47,20 @@ def _settings(tmp_path: Path, engine: str = "auto", nano_dir: Path | None = None
 
 
 def _nano_folder(directory: Path) -> Path:
-    """A complete character folder standing in for Nano's trained one (tiny random models)."""
-    from animegamer.convert.character import write_manifest
+    """Nano's installed layout with tiny random models: a character folder each for Qiqi and
+    Sosuke, sharing the VAE in `directory/vae` (`animegamer.nano train --install`)."""
+    import shutil
 
-    engine_module.build_preview_directory(directory)
-    write_manifest(directory, "Nano", {})
+    from animegamer.convert.character import SHARED_VAE_KEY, write_manifest
+
+    for name in ("Qiqi", "Sosuke"):
+        folder = engine_module.build_preview_directory(directory / name.casefold())
+        write_manifest(folder, name, {})
+        manifest = json.loads((folder / "animegamer.json").read_text())
+        manifest[SHARED_VAE_KEY] = "vae"
+        (folder / "animegamer.json").write_text(json.dumps(manifest))
+        shutil.rmtree(directory / "vae", ignore_errors=True)
+        (folder / "vae").rename(directory / "vae")
     return directory
 
 
@@ -136,9 +146,11 @@ def test_no_gpu_plays_the_nano_world_when_its_weights_are_here(monkeypatch, tmp_
     engine = create_engine(_settings(tmp_path, nano_dir=nano), startup.resolve, CHARACTERS)
     assert engine.kind == "nano" and engine.num_inference_steps == Settings().nano_steps
     assert engine.notice.startswith("No GPU was found. Playing AnimeGamer-Nano")
-    assert startup.resolved == [] and startup.loaded == ["nano"]
-    # one set of models for every character of the world
-    assert engine.models_for("Sosuke") is engine.models_for("Qiqi")
+    assert startup.resolved == [] and startup.loaded == ["qiqi", "sosuke"]
+    # one set of models per character of the world, as the release
+    assert engine.models_for("Sosuke") is not engine.models_for("Qiqi")
+    with pytest.raises(EngineError, match="the Nano world has no model of Totoro"):
+        engine.models_for("Totoro")
 
 
 def test_an_incomplete_nano_folder_falls_back_to_preview_and_nano_alone_refuses(
@@ -147,10 +159,20 @@ def test_an_incomplete_nano_folder_falls_back_to_preview_and_nano_alone_refuses(
     startup = Startup(monkeypatch, GPU)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     nano = _nano_folder(tmp_path / "nano")
-    (nano / "vae" / "config.json").unlink()
+    (nano / "vae" / "config.json").unlink()  # the shared VAE
     monkeypatch.setattr(engine_module, "create_preview_engine",
                         lambda settings, notice: ("preview", notice))
     kind, notice = create_engine(_settings(tmp_path, nano_dir=nano), startup.resolve, CHARACTERS)
     assert kind == "preview" and notice.startswith("No GPU was found. Preview mode")
-    with pytest.raises(EngineError, match=r"Nano world cannot be played: .*missing vae/config"):
+    with pytest.raises(EngineError, match=r"cannot be played: .*missing \.\./vae/config"):
         create_engine(_settings(tmp_path, "nano", nano), startup.resolve, CHARACTERS)
+
+
+def test_two_nano_folders_of_one_character_are_refused(monkeypatch, tmp_path):
+    startup = Startup(monkeypatch, GPU)
+    nano = _nano_folder(tmp_path / "nano")
+    manifest = json.loads((nano / "sosuke" / "animegamer.json").read_text())
+    (nano / "sosuke" / "animegamer.json").write_text(json.dumps({**manifest, "character": "Qiqi"}))
+    with pytest.raises(EngineError, match=r"qiqi and .*sosuke both hold Qiqi"):
+        create_engine(_settings(tmp_path, "nano", nano), startup.resolve, CHARACTERS)
+    assert startup.loaded == []

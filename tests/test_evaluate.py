@@ -496,14 +496,13 @@ def test_probes_run_for_a_nano_models_folder_only(tmp_path):
         return _probes(args)
 
     nano, other = tmp_path / "nano", tmp_path / "other"
-    for folder, name in ((nano, "Nano"), (other, "Qiqi")):
+    for folder, world in ((nano, {"world": "nano"}), (other, {})):
         folder.mkdir()
         (folder / MANIFEST_NAME).write_text(json.dumps({"format": LAYOUT_FORMAT,
-                                                        "character": name}))
-    probes, note = probes_for("--character", "qiqi", "--models", str(nano))
+                                                        "character": "Qiqi", **world}))
+    probes, note = probes_for("--character", "Qiqi", "--models", str(nano))
     assert probes is not None and "Nano world" in note
     assert probes_for("--character", "Qiqi", "--models", str(other))[0] is None
-    assert probes_for("--character", "Nano", "--models", str(nano))[0] is None
     assert probes_for("--character", "Qiqi", "--models", str(nano), "--probes", "none")[0] is None
     assert probes_for("--character", "Qiqi", "--models", str(tmp_path / "missing"))[0] is None
     assert probes_for("--character", "Qiqi", "--probes", "nano")[0] is not None

@@ -1,39 +1,73 @@
-"""The shipped Nano weights (`assets/nano`) load on the CPU and play turns whose clips show the
-asked time of day and place, as the world's probes read them. The character (in free play,
-as here: no data history) and the motion do not hold yet for the shipped weights (docs/nano.md,
-"Nano v12 meets part of the quality bar"), so they are not asserted here."""
+"""The shipped Nano weights (`assets/nano`): one folder per character sharing one VAE, within
+the repository's budget and free of the training machine's paths, load on the CPU and play
+turns whose clips show the asked time of day and place, as the world's probes read them.
+The character and the motion are reported by the evaluation, not asserted here (docs/nano.md)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from animegamer.convert.character import read_manifest, vae_folder
 from animegamer.data.decode import read_clip
-from animegamer.engine import TurnEngine, create_nano_engine
+from animegamer.engine import TurnEngine, create_nano_engine, nano_character_folders
 from animegamer.game import make_instruction, new_session
+from animegamer.nano import NANO_WORLD
+from animegamer.nano.__main__ import NANO_MAX_BYTES
 from animegamer.nano.probes import NanoProbes, probe_agreement
 from animegamer.settings import DEFAULT_NANO_DIR, Settings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
+SHIPPED = ("Qiqi", "Sosuke")
 INSTRUCTIONS = (
     {"character": "Qiqi", "adverb": "gently", "motion": "walk", "time": "day", "place": "forest"},
     {"character": "Sosuke", "adverb": "quietly", "motion": "sit", "time": "evening",
      "place": "town"},
 )
+MACHINE_PATH = re.compile(r"/(work|tmp|home|root)/")
+"""Where the training machine keeps its runs and datasets: none of it may ship."""
+
+needs_weights = pytest.mark.skipif(
+    not (DEFAULT_NANO_DIR / "vae").is_dir(), reason="the Nano weights are not in this checkout"
+)
+
+
+@needs_weights
+def test_each_character_has_its_own_folder_sharing_the_vae_within_the_budget() -> None:
+    folders = nano_character_folders(DEFAULT_NANO_DIR)
+    assert set(folders) == set(SHIPPED)
+    for name, folder in folders.items():
+        assert folder == DEFAULT_NANO_DIR / name.casefold()
+        assert read_manifest(folder)["world"] == NANO_WORLD
+        assert vae_folder(folder) == DEFAULT_NANO_DIR / "vae"
+        assert not (folder / "vae").exists()  # the VAE is stored once
+    files = [p for p in DEFAULT_NANO_DIR.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= NANO_MAX_BYTES
+
+
+@needs_weights
+def test_no_shipped_file_names_a_path_of_the_training_machine() -> None:
+    texts = [p for p in DEFAULT_NANO_DIR.rglob("*")
+             if p.suffix in (".json", ".md", ".yaml", ".txt") and p.is_file()]
+    assert any(p.name == "README.md" for p in texts)
+    for path in texts:
+        found = MACHINE_PATH.search(path.read_text(encoding="utf-8"))
+        assert found is None, f"{path}: {found}"
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> TurnEngine:
     """The shipped weights, loaded once for the module's turns."""
-    if not (DEFAULT_NANO_DIR / "transformer").is_dir():
+    if not (DEFAULT_NANO_DIR / "vae").is_dir():
         pytest.skip("the Nano weights are not in this checkout")
     return create_nano_engine(Settings(engine="nano", output_dir=tmp_path_factory.mktemp("out")))
 
 
-@pytest.mark.parametrize("fields", INSTRUCTIONS, ids=lambda f: f"{f['time']}-{f['place']}")
-def test_a_turn_of_the_shipped_world_is_in_the_asked_place_and_time(
+@pytest.mark.parametrize("fields", INSTRUCTIONS, ids=lambda f: f["character"])
+def test_a_turn_of_each_character_is_in_the_asked_place_and_time(
     fields: dict[str, str], engine: TurnEngine
 ) -> None:
     instruction = make_instruction(fields)

@@ -1,4 +1,5 @@
-"""`python -m animegamer.nano world` then `train --quick`: the whole CPU path on the Nano world."""
+"""`python -m animegamer.nano world` then `train --quick --install`: the whole CPU path on the
+Nano world, one model set per character sharing the world's VAE."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ import json
 
 import pytest
 
-from animegamer.convert.character import check_layout, read_manifest
+from animegamer.convert.character import (
+    SHARED_VAE_KEY,
+    WORLD_KEY,
+    read_manifest,
+    vae_folder,
+)
 from animegamer.convert.errors import ConversionError
-from animegamer.nano import NANO_NAME
+from animegamer.data.dataset import read_rows
+from animegamer.engine import create_nano_engine
+from animegamer.game import make_instruction, new_session
+from animegamer.nano import NANO_WORLD
 from animegamer.nano import __main__ as nano_cli
+from animegamer.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -19,62 +29,85 @@ def _losses(run, phase):
             for line in (run / "logs" / phase / "losses.jsonl").read_text().splitlines()]
 
 
-def test_quick_training_on_a_small_world_makes_a_character(tmp_path):
-    dataset, run = tmp_path / "world", tmp_path / "run"
-    assert nano_cli.main(["world", "--out", str(dataset), "--shots", "16",
-                          "--episode-length", "4", "--test-fraction", "0.25",
+def _falls(losses):
+    tenth = max(1, len(losses) // 10)
+    return sum(losses[-tenth:]) / tenth < sum(losses[:tenth]) / tenth
+
+
+def test_quick_training_makes_one_folder_per_character_sharing_one_vae(tmp_path, monkeypatch):
+    datasets, run, installed = tmp_path / "world", tmp_path / "run", tmp_path / "nano"
+    assert nano_cli.main(["world", "--out", str(datasets), "--shots", "8",
+                          "--episode-length", "4", "--test-fraction", "0.5",
                           "--tower-steps", "5"]) == 0
-    assert nano_cli.main(["train", "--dataset", str(dataset), "--out", str(run), "--quick"]) == 0
-    check_layout(run / "character")
-    assert read_manifest(run / "character")["character"] == NANO_NAME
-    for phase in ("vae", "decoder", "game_state"):
-        losses = _losses(run, phase)
-        tenth = max(1, len(losses) // 10)
-        first, last = sum(losses[:tenth]) / tenth, sum(losses[-tenth:]) / tenth
-        assert last < first, (phase, first, last)
+    assert sorted(p.name for p in datasets.iterdir()) == ["qiqi", "sosuke"]
+    for key, name in (("qiqi", "Qiqi"), ("sosuke", "Sosuke")):
+        rows = read_rows(datasets / key)
+        assert {row["character"] for split in rows.values() for row in split} == {name}
 
-    target = tmp_path / "installed"
-    assert nano_cli.install(run / "character", target) == target
-    check_layout(target)
-    assert not target.with_name("installed.partial").exists()
+    monkeypatch.setattr(nano_cli, "DEFAULT_NANO_DIR", installed)
+    assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(run), "--quick",
+                          "--install"]) == 0
+    assert _falls(_losses(run, "vae"))
+    for key, name in (("qiqi", "Qiqi"), ("sosuke", "Sosuke")):
+        assert not (run / key / "vae").exists()  # the world's VAE is trained once
+        assert read_manifest(run / key / "character")["character"] == name
+        for phase in ("decoder", "game_state"):
+            assert _falls(_losses(run / key, phase)), (key, phase)
+        manifest = read_manifest(installed / key)
+        assert (manifest[SHARED_VAE_KEY], manifest[WORLD_KEY]) == ("vae", NANO_WORLD)
+        assert not (installed / key / "vae").exists()
+        assert vae_folder(installed / key) == installed / "vae"
+    assert not (installed / "vae" / "losses.jsonl").exists()
+
+    engine = create_nano_engine(Settings(output_dir=tmp_path / "clips", nano_dir=installed,
+                                         nano_steps=2))
+    for name, motion in (("Qiqi", "fly on broomstick"), ("Sosuke", "ride in the car")):
+        instruction = make_instruction({"character": name, "adverb": "slowly",
+                                        "motion": motion, "time": "day", "place": "town"})
+        session = engine.play(new_session(name, window=1), instruction, seed=0)
+        assert len(session.turns) == 1
+    assert engine.models_for("Qiqi") is not engine.models_for("Sosuke")
 
 
-def test_install_refuses_an_incomplete_folder(tmp_path, capsys):
-    (tmp_path / "character").mkdir()
+def test_install_refuses_an_incomplete_folder_and_keeps_the_installed_one(tmp_path):
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "qiqi").mkdir()
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "kept").write_text("")
     with pytest.raises(ConversionError, match="not a complete AnimeGamer character"):
-        nano_cli.install(tmp_path / "character", tmp_path / "target")
-    assert not (tmp_path / "target").exists()
+        nano_cli.install(tmp_path / "vae", {"qiqi": tmp_path / "qiqi"}, tmp_path / "target")
+    assert (tmp_path / "target" / "kept").exists()
+
+
+def test_bad_world_and_train_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert nano_cli.main(["world", "--out", str(tmp_path / "w"), "--shots", "0"]) == 2
     assert "--shots" in capsys.readouterr().err
+    assert nano_cli.main(["world", "--out", str(tmp_path / "w"), "--characters", "Qiqi",
+                          "qiqi"]) == 2
+    assert "twice" in capsys.readouterr().err
+    assert nano_cli.main(["train", "--dataset", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert "no character dataset" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("path", [nano_cli.NANO_RECIPE, nano_cli.QUICK_RECIPE])
 def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(path):
-    """The shipped recipe and the quick one the tests train share its path: a VAE 1× in time
-    (a moving sprite is not blurred across frames), 4×4 latent patches, frame-correlated noise
-    and the spatial reference."""
+    """The shipped recipe and the quick one the tests train share its path: the world's words
+    as whole tokens (read from the world, not copied), a VAE 1× in time (a moving sprite is not
+    blurred across frames), 4×4 latent patches, frame-correlated noise and the spatial
+    reference."""
     from animegamer.nano.vocabulary import world_words
     from animegamer.train.game_state_phase import GameStateRecipe
     from animegamer.train.recipe import load_recipe
 
     recipe = load_recipe(path)
+    assert recipe.game_state["init"]["tiny"]["words"] == "nano-world"
     game_state = GameStateRecipe.model_validate(recipe.game_state)
     assert game_state.init.tiny.words == world_words()
+    assert {"Qiqi", "Sosuke", "broomstick", "harbour"} <= set(world_words())
     assert len(recipe.vae.block_out_channels) == 3
     assert recipe.vae.train_crop == (32, 48) and recipe.vae.motion_weight > 0
     assert (recipe.vae.temporal_compression, recipe.vae.latent_channels) == (1, 4)
     tiny = recipe.decoder.init.tiny
     assert (tiny.patch_size, tiny.motion_scope_scale, tiny.noise_correlation) == (4, 100.0, 0.9)
     assert tiny.reference_channels > 0
-
-
-def test_the_v8_candidate_recipe_is_1x_in_time_with_a_scaled_motion_scope():
-    from animegamer.nano.vocabulary import world_words
-    from animegamer.train.game_state_phase import GameStateRecipe
-    from animegamer.train.recipe import load_recipe
-
-    recipe = load_recipe(nano_cli.NANO_RECIPE.parent / "nano-v8.yaml")
-    assert GameStateRecipe.model_validate(recipe.game_state).init.tiny.words == world_words()
-    assert (recipe.vae.temporal_compression, recipe.vae.latent_channels) == (1, 4)
-    tiny = recipe.decoder.init.tiny
-    assert (tiny.patch_size, tiny.motion_scope_scale) == (4, 100.0)

@@ -64,9 +64,10 @@ def _centre(shot: RenderedShot, frame: int) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("nano") / "world"
+    worlds = tmp_path_factory.mktemp("nano") / "worlds"
+    out = worlds / "qiqi"  # one dataset per character: Qiqi's
     started = time.perf_counter()
-    code = nano_main(["world", "--out", str(out), *WORLD_ARGS])
+    code = nano_main(["world", "--out", str(worlds), "--characters", "Qiqi", *WORLD_ARGS])
     print(f"world of 10 shots written in {time.perf_counter() - started:.1f} s")
     assert code == 0
     return out, "3"
@@ -229,14 +230,16 @@ def test_dataset_rows_follow_the_pipeline(world: tuple[Path, str]) -> None:
     for row in every:
         episodes.setdefault(row["episode_id"], []).append(row["episode_index"])
     assert sorted(sorted(i) for i in episodes.values()) == [[0, 1], [0, 1, 2, 3], [0, 1, 2, 3]]
-    for name in ("reference.png", "reference-qiqi.png", "reference-sosuke.png"):
+    assert {row["character"] for row in every} == {"Qiqi"}
+    for name in ("reference.png", "reference-qiqi.png"):
         assert (out / name).is_file()
+    assert not (out / "reference-sosuke.png").exists()
 
 
 def test_dataset_is_the_seed_s_world_with_measured_scopes(world: tuple[Path, str]) -> None:
     out, seed = world
     rendered = list(world_shots(WorldOptions(out=out, shots=10, seed=int(seed),
-                                             episode_length=4)))
+                                             episode_length=4, characters=("Qiqi",))))
     rows = {r["shot_id"]: r for split in dataset.read_rows(out).values() for r in split}
     assert sorted(rows) == sorted(row.shot_id for row in rendered)
     for row in rendered:
@@ -272,12 +275,13 @@ def test_dataset_loads_with_datasets_and_shows(world: tuple[Path, str], tmp_path
 
 def test_world_refuses_a_folder_that_is_not_a_world(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "qiqi").mkdir()
+    (tmp_path / "qiqi" / "notes.txt").write_text("mine")
     assert nano_main(["world", "--out", str(tmp_path), "--shots", "1"]) == 2
     assert "holds no Nano world" in capsys.readouterr().err
+    assert (tmp_path / "qiqi" / "notes.txt").read_text() == "mine"
     assert nano_main(["world", "--out", str(tmp_path / "w"), "--shots", "0"]) == 2
-    assert nano_main(["world", "--out", str(tmp_path / "w"), "--tower-token-weight", "-1"]) == 2
-    assert "--tower-token-weight" in capsys.readouterr().err
+    assert "--shots" in capsys.readouterr().err
 
 
 def test_options_are_plain_dataclasses() -> None:

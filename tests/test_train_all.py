@@ -53,7 +53,8 @@ def test_all_trains_every_phase_and_assembles_a_character(trained, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(trained_vae.state_dict().values(),
                                                   used_vae.state_dict().values(), strict=True))
 
-    engine = create_nano_engine(Settings(output_dir=tmp_path, nano_dir=character, nano_steps=2))
+    # the engine finds run/character/ by its manifest, the one character folder under run/
+    engine = create_nano_engine(Settings(output_dir=tmp_path, nano_dir=run, nano_steps=2))
     instruction = make_instruction({"character": "Qiqi", "adverb": "quickly", "motion": "run",
                                     "time": "day", "place": "town"})
     session = engine.play(new_session("Qiqi"), instruction, seed=1)
@@ -65,3 +66,20 @@ def test_a_recipe_without_a_vae_section_refuses_the_vae_command(trained, capsys)
                  "--config", "recipes/tiny-cpu.yaml"])
     assert code == 2 and "no 'vae' section" in capsys.readouterr().err
     shutil.rmtree(trained / "other", ignore_errors=True)
+
+
+def test_the_decoder_takes_a_given_vae_instead_of_training_one(trained, capsys):
+    """`--vae DIR`: the VAE a world's characters share (`animegamer.nano train`)."""
+    out, given = trained / "given-vae", trained / "run" / "vae"
+    args = ["decoder", "--dataset", str(trained / "dataset"), "--out", str(out),
+            "--config", str(trained / "recipe.yaml"), "--vae", str(given)]
+    assert main(args) == 0
+    assert not (out / "vae").exists()  # nothing trained
+    expected = AutoencoderKLCogVideoX.from_pretrained(given).state_dict()
+    used = AutoencoderKLCogVideoX.from_pretrained(out / "decoder" / "vae").state_dict()
+    assert expected.keys() == used.keys()
+    assert all(torch.equal(expected[k], used[k]) for k in expected)
+    code = main(["vae", "--dataset", str(trained / "dataset"), "--out", str(out),
+                 "--config", str(trained / "recipe.yaml"), "--vae", str(given)])
+    assert code == 2 and "--vae is for the decoder and all commands" in capsys.readouterr().err
+    shutil.rmtree(out, ignore_errors=True)

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from diffusers import AutoencoderKLCogVideoX
 
-from animegamer.convert.character import check_layout, read_manifest
+from animegamer.convert.character import check_layout, read_manifest, vae_folder
 from animegamer.convert.errors import ConversionError
-from animegamer.engine import create_nano_engine
+from animegamer.devices import CPU_PLACEMENT
+from animegamer.engine import create_nano_engine, load_character_models
 from animegamer.game import make_instruction, new_session
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.tiny_decoder import tiny_pipeline
@@ -41,21 +43,21 @@ def test_the_assembled_folder_is_a_character_the_engine_plays(phase_outputs, tmp
                     "decoder": phase_outputs / "decoder"},
         metrics={"CLIP-I": 0.5},
     )
-    out = assemble_character(tmp_path / "nano", "Nano", phase_outputs / "game_state",
+    out = assemble_character(tmp_path / "qiqi", "Qiqi", phase_outputs / "game_state",
                              phase_outputs / "decoder", summary)
     check_layout(out)
     manifest = read_manifest(out)
-    assert manifest["character"] == "Nano"
+    assert manifest["character"] == "Qiqi"
     # no path of the training machine in what may be published
     assert manifest["sources"]["dataset"]["path"] == "nano"
     assert str(tmp_path) not in "".join(p.read_text() for p in out.rglob("*.json"))
     assert str(tmp_path) not in (out / "README.md").read_text()
     card = (out / "README.md").read_text()
     assert "| decoder | 20 | 0.9000 | 0.4000 |" in card and "| CLIP-I | 0.5000 |" in card
-    assert not (tmp_path / "nano.partial").exists()
+    assert not (tmp_path / "qiqi.partial").exists()
     assert AnimeGamerPipeline.from_pretrained(out).shot_encoder is not None
 
-    engine = create_nano_engine(Settings(output_dir=tmp_path / "clips", nano_dir=out,
+    engine = create_nano_engine(Settings(output_dir=tmp_path / "clips", nano_dir=tmp_path,
                                          nano_steps=2))
     instruction = make_instruction({"character": "Qiqi", "adverb": "slowly", "motion": "walk",
                                     "time": "day", "place": "town"})
@@ -89,3 +91,39 @@ def test_publishing_keeps_the_training_card(phase_outputs, tmp_path, monkeypatch
     assert publish(out, "me/c", keep_card=True) == "commit"
     assert (out / "README.md").read_text() == card and "trained with this project" in card
     assert "shot_encoder/*" in uploads[0]["allow_patterns"]
+
+
+def _set_manifest(folder: Path, **fields: object) -> None:
+    path = folder / "animegamer.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def test_a_character_plays_the_vae_its_manifest_shares_beside_it(phase_outputs, tmp_path):
+    out = assemble_character(tmp_path / "qiqi", "Qiqi", phase_outputs / "game_state",
+                             phase_outputs / "decoder", TrainingSummary(dataset="d", recipe={}))
+    (out / "vae").rename(tmp_path / "vae")
+    with pytest.raises(ConversionError, match=r"missing vae/config\.json"):
+        check_layout(out)  # no shared VAE named: its own is missing
+    _set_manifest(out, shared_vae="vae")
+    check_layout(out)
+    assert vae_folder(out) == tmp_path / "vae"
+    models = load_character_models(out, CPU_PLACEMENT)
+    assert models.decoder.vae.config.scaling_factor == AutoencoderKLCogVideoX.load_config(
+        tmp_path / "vae")["scaling_factor"]
+
+    (tmp_path / "vae" / "config.json").rename(tmp_path / "vae" / "config.moved")
+    with pytest.raises(ConversionError, match=r"missing \.\./vae/config\.json"):
+        check_layout(out)
+    (tmp_path / "vae" / "config.moved").rename(tmp_path / "vae" / "config.json")
+    (tmp_path / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"cut")
+    with pytest.raises(ConversionError, match="truncated or corrupt"):
+        check_layout(out)
+
+
+@pytest.mark.parametrize("shared", ["../vae", "/tmp/vae", "a/vae", "..", "", 3])
+def test_a_shared_vae_must_be_a_folder_beside_the_character(phase_outputs, tmp_path, shared):
+    out = assemble_character(tmp_path / "qiqi", "Qiqi", phase_outputs / "game_state",
+                             phase_outputs / "decoder", TrainingSummary(dataset="d", recipe={}))
+    _set_manifest(out, shared_vae=shared)
+    with pytest.raises(ConversionError, match="must name a folder beside the character"):
+        check_layout(out)

@@ -18,7 +18,6 @@ from animegamer.data.dataset import write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
 from animegamer.game import GameStates
 from animegamer.models.game_state import GameStateModel
-from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_game_state import (
     build_tiny_tokenizer,
@@ -41,7 +40,6 @@ from animegamer.tokens import (
     parse_state_ids,
     strength_id,
 )
-from animegamer.train import game_state_phase
 from animegamer.train.episodes import EpisodeWindow, episode_windows
 from animegamer.train.game_state_phase import (
     BaseLLMInit,
@@ -51,7 +49,6 @@ from animegamer.train.game_state_phase import (
     TinySpec,
     WindowSchedule,
     build_game_state_model,
-    representation_loss,
     row_states,
     shot_representations,
     target_representations,
@@ -307,36 +304,6 @@ def test_a_resumed_run_ends_with_the_same_weights(tmp_path, dataset, encoder):
     logged = [(tmp_path / run / "logs" / "game_state" / "losses.jsonl").read_text().splitlines()
               for run in ("whole", "parts")]
     assert len(logged[0]) == 6 and logged[0] == logged[1]
-
-
-def test_the_representation_loss_weighs_the_text_rows():
-    target = torch.randn(1, REPRESENTATION_TOKENS, WIDTH)
-    predicted = target + torch.randn(1, REPRESENTATION_TOKENS, WIDTH)
-    torch.testing.assert_close(representation_loss(predicted, target),
-                               torch.nn.functional.mse_loss(predicted, target))
-    off_text = target.clone()
-    off_text[:, :TEXT_TOKENS] += 1.0
-    for weight in (1.0, 6.5):
-        share = weight * TEXT_TOKENS / (weight * TEXT_TOKENS + IMAGE_TOKENS)
-        torch.testing.assert_close(representation_loss(off_text, target, weight),
-                                   torch.tensor(share))
-    with pytest.raises(ValueError, match="text_mse_weight"):
-        GameStateRecipe.model_validate(tiny_recipe(text_mse_weight=0.0))
-
-
-def test_the_recipe_weighs_the_text_rows_in_training(tmp_path, dataset, encoder, monkeypatch):
-    root, _ = dataset
-    weights = []
-    real = game_state_phase.window_losses
-
-    def recording(*args):
-        weights.append(args[-1])
-        return real(*args)
-
-    monkeypatch.setattr(game_state_phase, "window_losses", recording)
-    recipe = tiny_recipe(steps=1, batch_size=1, checkpoint_every=1, text_mse_weight=6.5)
-    train_game_state(root, tmp_path / "out", recipe, encoder, accelerator(1))
-    assert weights == [6.5]
 
 
 def test_target_representations_are_the_models_teacher_forced_ones(dataset, encoder):

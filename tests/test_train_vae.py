@@ -12,6 +12,7 @@ from animegamer.train.vae import (
     VaeRecipe,
     build_vae,
     clip_tensor,
+    interleaved_clip_paths,
     reconstruction_error,
     train_vae,
 )
@@ -29,7 +30,7 @@ def test_training_lowers_the_reconstruction_error_and_saves_a_loadable_vae(datas
     recipe = VaeRecipe(steps=20, train_frames=9, **TINY)
     clip = moving_square(3, 64, 96, (200, 60, 40))
     before = reconstruction_error(build_vae(recipe, 64, 96).eval(), clip)
-    vae = train_vae(dataset, tmp_path / "vae", recipe)
+    vae = train_vae([dataset], tmp_path / "vae", recipe)
     after = reconstruction_error(vae, clip)
     assert after < 0.7 * before, (before, after)
     losses = [json.loads(line) for line in (tmp_path / "vae" / "losses.jsonl").open()]
@@ -44,7 +45,7 @@ def test_training_lowers_the_reconstruction_error_and_saves_a_loadable_vae(datas
 def test_three_levels_compress_space_4x_and_crops_train_the_whole_frame(dataset, tmp_path):
     recipe = VaeRecipe(steps=3, train_frames=9, train_crop=(32, 48),
                        **dict(TINY, block_out_channels=(4, 8, 8)))
-    vae = train_vae(dataset, tmp_path / "vae", recipe)
+    vae = train_vae([dataset], tmp_path / "vae", recipe)
     clip = moving_square(3, 64, 96, (200, 60, 40))
     latent = vae.encode(clip_tensor(clip)[None]).latent_dist.mean
     assert tuple(latent.shape) == (1, 16, 5, 16, 24)
@@ -105,3 +106,11 @@ def test_recipe_and_sizes_are_checked():
         VaeRecipe(train_crop=(30, 48))
     with pytest.raises(ValueError, match="temporal_compression"):
         VaeRecipe(temporal_compression=3)
+
+
+def test_a_world_vae_takes_the_clips_of_every_dataset_in_turn(dataset, tmp_path):
+    other = write_tiny_dataset(tmp_path / "other", features=False)
+    ours, theirs = interleaved_clip_paths([dataset]), interleaved_clip_paths([other])
+    both = interleaved_clip_paths([dataset, other])
+    assert len(ours) == len(theirs) > 1
+    assert both[0::2] == ours and both[1::2] == theirs

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from animegamer.characters import DEFAULT_LATENT_SIZE
 from animegamer.convert.errors import ConversionError
@@ -27,10 +27,18 @@ from animegamer.models.game_state_defaults import (
 )
 
 if TYPE_CHECKING:
+    import torch
     from huggingface_hub import CommitInfo
 
 LAYOUT_FORMAT = 1
 MANIFEST_NAME = "animegamer.json"
+VAE_FOLDER = "vae"
+SHARED_VAE_KEY = "shared_vae"
+"""Manifest key: the name of a VAE folder beside the character folder, used instead of its own
+`vae/` (`vae_folder`)."""
+WORLD_KEY = "world"
+"""Manifest key: the small world a trained character lives in (`animegamer.nano.NANO_WORLD`),
+whose probes evaluation runs on its clips."""
 MODEL_INDEX_NAME = "model_index.json"
 """Makes the folder's decoder part a diffusers pipeline folder (`AnimeGamerPipeline`)."""
 CARD_NAME = "README.md"
@@ -39,7 +47,7 @@ LAYOUT_FILES = (
     RESAMPLERS_NAME,
     f"{TOKENIZER_FOLDER}/tokenizer.json",
     "transformer/config.json",
-    "vae/config.json",
+    f"{VAE_FOLDER}/config.json",
     "scheduler/scheduler_config.json",
     MODEL_INDEX_NAME,
     MANIFEST_NAME,
@@ -98,22 +106,56 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
+def vae_folder(path: Path) -> Path:
+    """The character's VAE: its own `vae/`, or the folder beside it that its manifest names
+    under `shared_vae` (the characters of one world share one VAE, as the release's characters
+    share CogVideoX's: `assets/nano/vae/` for `assets/nano/qiqi/` and `assets/nano/sosuke/`).
+    A folder without a manifest (the preview engine's) has its own."""
+    path = Path(path)
+    if not (path / MANIFEST_NAME).is_file():
+        return path / VAE_FOLDER
+    shared = read_manifest(path).get(SHARED_VAE_KEY)
+    if shared is None:
+        return path / VAE_FOLDER
+    if not isinstance(shared, str) or Path(shared).name != shared or shared in ("", ".", ".."):
+        raise ConversionError(
+            f"{path / MANIFEST_NAME}: {SHARED_VAE_KEY} must name a folder beside the character "
+            f"folder, got {shared!r}"
+        )
+    return path.parent / shared
+
+
+def shared_components(path: Path, dtype: torch.dtype) -> dict[str, Any]:
+    """What a character folder borrows from beside it, as `AnimeGamerPipeline.from_pretrained`
+    keyword arguments: its shared VAE (`vae_folder`), or nothing when it has its own."""
+    from diffusers import AutoencoderKLCogVideoX
+
+    vae = vae_folder(path)
+    if vae == Path(path) / VAE_FOLDER:
+        return {}
+    return {"vae": AutoencoderKLCogVideoX.from_pretrained(vae, torch_dtype=dtype)}
+
+
 def check_layout(path: Path) -> None:
     """Raise ConversionError unless `path` holds a complete project-layout character.
 
-    Checks that the required files exist and that every safetensors file is whole (its header
-    is readable and the data it announces is all there); it reads headers only.
+    Checks that the required files exist (the VAE's in its own `vae/` or in the shared folder
+    its manifest names, `vae_folder`) and that every safetensors file is whole (its header is
+    readable and the data it announces is all there); it reads headers only.
     """
     from safetensors import safe_open
 
     path = Path(path)
-    missing = [name for name in LAYOUT_FILES if not (path / name).is_file()]
+    vae = vae_folder(path)
+    required = [path / name for name in LAYOUT_FILES if not name.startswith(f"{VAE_FOLDER}/")]
+    missing = [os.path.relpath(file, path) for file in [*required, vae / "config.json"]
+               if not file.is_file()]
     if missing:
         raise ConversionError(
             f"{path} is not a complete AnimeGamer character: missing {', '.join(missing)}"
         )
     read_manifest(path)
-    for weights in sorted(path.rglob("*.safetensors")):
+    for weights in sorted({*path.rglob("*.safetensors"), *vae.rglob("*.safetensors")}):
         try:
             with safe_open(str(weights), framework="pt") as handle:
                 handle.keys()

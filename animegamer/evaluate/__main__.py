@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from animegamer.characters import RegistryError, load_registry
-from animegamer.convert.character import read_manifest
+from animegamer.convert.character import WORLD_KEY, read_manifest
 from animegamer.convert.errors import ConversionError
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels
 from animegamer.devices import choose_placement
@@ -49,9 +49,8 @@ from animegamer.evaluate.benchmark import (
 from animegamer.evaluate.metrics import TurnScorer
 from animegamer.evaluate.report import compare, write_report
 from animegamer.hub import HubError
-from animegamer.nano import NANO_NAME
+from animegamer.nano import NANO_WORLD
 from animegamer.nano.probes import NanoProbes
-from animegamer.nano.vocabulary import CHARACTERS as NANO_CHARACTERS
 from animegamer.settings import Settings, SettingsError
 
 EXIT_ERROR = 2
@@ -84,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--judge", help="a vision-language model to score the six criteria")
     parser.add_argument("--probes", choices=("auto", "nano", "none"), default="auto",
                         help="the Nano world's probes (time, place, character, motion read from "
-                        "each clip): auto runs them when --models is a Nano world character "
-                        "folder (its manifest names Nano) and --character is one of the world's")
+                        "each clip): auto runs them when --models is a character folder of the "
+                        "Nano world (its manifest's world is nano)")
     parser.add_argument("--compare", type=Path, nargs=2, metavar="DIR",
                         help="write OUT/compare.{md,html} from two report folders and stop")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -139,13 +138,12 @@ def _probes(args: argparse.Namespace) -> tuple[NanoProbes | None, str]:
     if args.probes == "none" or args.models is None:
         return None, ""
     try:
-        named = read_manifest(args.models).get("character")
+        world = read_manifest(args.models).get(WORLD_KEY)
     except ConversionError:
         return None, ""
-    if named != NANO_NAME or args.character.casefold() not in {
-            c.casefold() for c in NANO_CHARACTERS}:
+    if world != NANO_WORLD:
         return None, ""
-    return NanoProbes(), f"nano ({args.models} is the Nano world)"
+    return NanoProbes(), f"nano ({args.models} is a character of the Nano world)"
 
 
 def evaluate(args: argparse.Namespace) -> int:

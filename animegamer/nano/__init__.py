@@ -8,8 +8,8 @@ and the command line `python -m animegamer.nano world|train`.
 
 from animegamer.nano.vocabulary import NANO_VOCABULARY, NanoVocabulary
 
-NANO_NAME = "Nano"
-"""The name of the Nano world's character folder (its manifest): one model set plays every
-character of the world."""
+NANO_WORLD = "nano"
+"""The `world` an installed Nano character folder's manifest names (`convert.character`): one
+model set per character, as the release has one per film."""
 
-__all__ = ["NANO_NAME", "NANO_VOCABULARY", "NanoVocabulary"]
+__all__ = ["NANO_VOCABULARY", "NANO_WORLD", "NanoVocabulary"]

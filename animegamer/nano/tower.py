@@ -14,13 +14,9 @@ reads the character from the test split's tokens 98 % of the time, against 67 % 
 tower and 82 % when the heads read the tokens' mean). Its weights are the dataset's
 (`DATASET/tower/`); the text tower stays random.
 
-`token_weight` adds a term in which every single token's scores must name the labels too, so
-that the tokens away from the sprite say who stands there, through attention. The game-state
-model regresses the next shot's tokens without knowing where the sprite will stand, and a
-regression that blurs position keeps only what all tokens share: with the term at weight 1
-(1200 steps) a probe reads the character from that model's representation 94 % of the time
-instead of 47 %, but the decoder, told who by every token, paints the sprite in several places
-(docs/nano-experiments.md).
+Asking every token, not only the best one, to name the labels was tried and not kept
+(docs/nano-experiments.md, v9, v10, v13): the game-state model then keeps who, but the decoder
+paints the sprite in several places.
 """
 
 from __future__ import annotations
@@ -38,14 +34,12 @@ from animegamer.models.shot_encoder import clip_pixel_values
 
 @dataclass(frozen=True)
 class TowerTraining:
-    """`steps` of AdamW at `lr` on batches of `batch_size` frames, from `seed`; `token_weight`
-    weighs the term that asks every token, not only the best one, to name the labels."""
+    """`steps` of AdamW at `lr` on batches of `batch_size` frames, from `seed`."""
 
     steps: int = 400
     batch_size: int = 32
     lr: float = 1e-3
     seed: int = 0
-    token_weight: float = 0.0
 
 
 def patch_tokens(tower: CLIPVisionModel, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -62,12 +56,9 @@ def train_world_tower(
 ) -> dict[str, float]:
     """Train `tower` in place on uint8 frames [N, H, W, 3] to tell each label set (e.g.
     character, place, time: one name per frame) from its tokens: one linear head per set, the
-    maximum of its scores over the tokens is the frame's (and, weighed by
-    `training.token_weight`, each token's own scores must name the label too). Returns each
-    set's accuracy over the frames at the end (the tower is left in eval mode)."""
+    maximum of its scores over the tokens is the frame's. Returns each set's accuracy over the
+    frames at the end (the tower is left in eval mode)."""
     count = len(frames)
-    if training.token_weight < 0:
-        raise ValueError(f"token_weight must be at least 0, got {training.token_weight}")
     if not labels or any(len(names) != count for names in labels.values()):
         raise ValueError(f"need one label per frame ({count}) in every label set")
     generator = torch.Generator().manual_seed(training.seed)
@@ -90,11 +81,6 @@ def train_world_tower(
         for key, target in targets.items():
             scores = heads[key](tokens)
             loss = loss + nn.functional.cross_entropy(scores.amax(dim=1), target[picked])
-            if training.token_weight:
-                every_token = target[picked].repeat_interleave(scores.shape[1])
-                loss = loss + training.token_weight * nn.functional.cross_entropy(
-                    scores.flatten(0, 1), every_token
-                )
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -410,8 +410,6 @@ def world_feature_extractor(
     train_world_tower(towers.image_encoder, frames, labels, training)
     towers.image_encoder.save_pretrained(out / TOWER_DIR)
     name = f"nano-world-tower-{TOWER_WIDTH}-{training.seed}-{training.steps}"
-    if training.token_weight:
-        name += f"-tokens{training.token_weight:g}"
     return TowerFeatureExtractor(towers, name)
 
 

@@ -1,6 +1,7 @@
 """`python -m animegamer.train {vae,decoder,game-state,adapt,all} --dataset DIR --out DIR --config
 RECIPE.yaml [--config MORE.yaml ...] [--resume] [--max-steps N] [--name NAME]`, also under
-`accelerate launch -m animegamer.train ...` or `torchrun -m animegamer.train ...`.
+`accelerate launch -m animegamer.train ...` or `torchrun -m animegamer.train ...`. `--vae DIR`
+(decoder, all) takes a trained VAE instead of training the recipe's `vae` section.
 
 Before any compute it checks the dataset, the recipe (every phase it will run, and the folders
 they start from) and, on `--resume`, that each phase's checkpoints were made by the same recipe
@@ -51,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--game-state", type=Path, default=None,
         help="adapt: the game-state model folder (default OUT/game_state)",
+    )
+    parser.add_argument(
+        "--vae", type=Path, default=None,
+        help="decoder, all: a trained VAE folder for the recipe's tiny decoder, instead of "
+        "training the recipe's 'vae' section (the VAE a world's characters share)",
     )
     parser.add_argument(
         "--name", default=None,
@@ -134,7 +140,8 @@ def train_vae(args: argparse.Namespace, recipe: Recipe) -> Recipe:
 
     if recipe.vae is None:
         raise RecipeError(f"{config_name(args)}: the recipe has no 'vae' section")
-    train(args.dataset, args.out / VAE, recipe.vae, args.max_steps, losses_path(args.out, VAE))
+    train([args.dataset], args.out / VAE, recipe.vae, args.max_steps,
+          losses_path(args.out, VAE))
     return with_trained_vae(recipe, args.out / VAE)
 
 
@@ -229,6 +236,10 @@ def run(args: argparse.Namespace) -> None:
     recipe = load_recipe(*args.config)
     if args.max_steps is not None and args.max_steps < 1:
         raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}")
+    if args.vae is not None:
+        if args.command not in ("decoder", "all"):
+            raise ValueError(f"--vae is for the decoder and all commands, not {args.command}")
+        recipe = with_trained_vae(recipe, args.vae)
     fresh = check_inputs(args, recipe)
     accelerator = Accelerator(
         mixed_precision=recipe.mixed_precision,
@@ -244,7 +255,9 @@ def run(args: argparse.Namespace) -> None:
         accelerator.init_trackers("animegamer-train", config=recipe.model_dump(mode="json"))
     common = {"resume": args.resume, "max_steps": args.max_steps}
     game_state = args.game_state
-    if args.command == VAE or (args.command == "all" and recipe.vae is not None):
+    if args.command == VAE or (
+        args.command == "all" and recipe.vae is not None and args.vae is None
+    ):
         if accelerator.is_main_process and not (args.resume and (args.out / VAE).is_dir()):
             recipe = train_vae(args, recipe)
         accelerator.wait_for_everyone()

@@ -19,10 +19,7 @@ them back).
 History frame blocks carry `input_resampler(E_a(shot))`, the frozen shot encoder's projection of
 each history shot's cached features; the model reads the representation at the target's query
 positions (`representation_source="queries"`), and the loss is
-`CE + mse_weight · MSE(output_resampler(query hidden states), E_a(target shot))`, the 30
-motion-description rows' squared errors weighed `text_mse_weight` times the image rows' (1: the
-paper's plain MSE; a small model otherwise learns the 196 image rows and predicts the text rows'
-mean).
+`CE + mse_weight · MSE(output_resampler(query hidden states), E_a(target shot))`.
 
 Trainable: a LoRA (peft) on the language model's q/k/v/o/gate/up/down projections; the norms,
 both embedding matrices (input embeddings and lm_head) and both resamplers train fully, by
@@ -53,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from safetensors.torch import load_file
 from torch import nn
 from tqdm.auto import tqdm
@@ -62,7 +59,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from animegamer.data.dataset import read_rows
 from animegamer.game import GameStates
 from animegamer.models.game_state import GameStateConfig, GameStateModel
-from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.tokens import (
     EOS_ID,
@@ -88,7 +85,6 @@ __all__ = [
     "build_game_state_model",
     "fully_trained_modules",
     "gradient_accumulation_steps",
-    "representation_loss",
     "representation_width",
     "row_states",
     "shot_representations",
@@ -107,6 +103,8 @@ PHASE_FOLDER = "game_state"
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_STATE = "trainer_state.json"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+NANO_WORLD_WORDS = "nano-world"
+"""`TinySpec.words` written so: the Nano world's vocabulary."""
 NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "norm")
 """Mistral's RMSNorms (each decoder layer's two and the final one): they train fully."""
 
@@ -134,7 +132,17 @@ class TinySpec(_Strict):
     num_hidden_layers: int = Field(2, ge=1)
     words: tuple[str, ...] = ()
     """Whole-word tokens of the tokenizer (`build_tiny_base_tokenizer`): a small world's
-    vocabulary, so that the model reads each of its words from one token."""
+    vocabulary, so that the model reads each of its words from one token. A recipe may write
+    `words: nano-world` for the Nano world's words (`animegamer.nano.vocabulary.world_words`)."""
+
+    @field_validator("words", mode="before")
+    @classmethod
+    def _world_words(cls, words: object) -> object:
+        if words == NANO_WORLD_WORDS:
+            from animegamer.nano.vocabulary import world_words
+
+            return world_words()
+        return words
 
 
 class TinyInit(_Strict):
@@ -158,9 +166,6 @@ class GameStateRecipe(_Strict):
     lora_dropout: float = Field(0.05, ge=0, lt=1)
     lora_target_modules: tuple[str, ...] = LORA_TARGETS
     mse_weight: float = Field(1.0, ge=0, description="α of the representation loss")
-    text_mse_weight: float = Field(
-        1.0, gt=0, description="weight of the motion-description rows' squared errors in the "
-        "representation loss, the image rows' being 1 (1: plain MSE, the paper's)")
     max_turns: int = Field(5, ge=1, le=5)
     seed: int = 0
     checkpoint_every: int = Field(500, ge=1)
@@ -334,7 +339,7 @@ def with_lora(model: GameStateModel, recipe: GameStateRecipe) -> Any:
 
 def window_losses(
     model: nn.Module, tokenizer: PreTrainedTokenizerFast, encoder: AnimeGamerShotEncoder,
-    dataset: Path, window: EpisodeWindow, mse_weight: float, text_mse_weight: float = 1.0,
+    dataset: Path, window: EpisodeWindow, mse_weight: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, CE, representation loss) of one window; logits only where the labels are (not
     the whole prompt)."""
@@ -343,18 +348,8 @@ def window_losses(
     kept = sample.target_length + 1
     output = model(input_ids=sample.input_ids, history_representations=list(representations[:-1]),
                    labels=sample.labels[:, -kept:], logits_to_keep=kept)
-    mse = representation_loss(output.representation, representations[-1:], text_mse_weight)
+    mse = nn.functional.mse_loss(output.representation.float(), representations[-1:].float())
     return output.loss + mse_weight * mse, output.loss, mse
-
-
-def representation_loss(predicted: torch.Tensor, target: torch.Tensor,
-                        text_weight: float = 1.0) -> torch.Tensor:
-    """Weighted mean squared error of [1, 226, D] representations: the text rows' squared
-    errors count `text_weight` times, the image rows' once (1: plain MSE)."""
-    weights = torch.ones(REPRESENTATION_TOKENS, 1, device=predicted.device)
-    weights[:TEXT_TOKENS] = text_weight
-    squared = (predicted.float() - target.float()).pow(2)
-    return (squared * weights).sum() / (weights.sum() * squared.shape[-1] * squared.shape[0])
 
 
 # ---- checkpoints and the loss log ----
@@ -458,8 +453,7 @@ class _Trainer:
         for window in windows:
             with accelerator.accumulate(self.model):
                 loss, ce, mse = window_losses(self.model, self.tokenizer, self.encoder,
-                                              self.dataset, window, self.recipe.mse_weight,
-                                              self.recipe.text_mse_weight)
+                                              self.dataset, window, self.recipe.mse_weight)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and self.recipe.max_grad_norm is not None:
                     accelerator.clip_grad_norm_(self.trainable, self.recipe.max_grad_norm)

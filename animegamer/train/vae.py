@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -59,19 +60,27 @@ def _clip_paths(dataset: Path) -> list[Path]:
     return [dataset / row["clip_path"] for row in rows]
 
 
+def interleaved_clip_paths(datasets: Sequence[Path]) -> list[Path]:
+    """The train clips of every dataset, taken in turn (one of each, then the next of each),
+    so that the first clips, which set the latent scale, come from all of them."""
+    columns = zip_longest(*(_clip_paths(Path(dataset)) for dataset in datasets))
+    return [path for row in columns for path in row if path is not None]
+
+
 def train_vae(
-    dataset: Path,
+    datasets: Sequence[Path],
     out: Path,
     recipe: VaeRecipe,
     max_steps: int | None = None,
     losses: Path | None = None,
 ) -> AutoencoderKLCogVideoX:
-    """Train on the dataset's train clips and save the VAE to `out` (a diffusers model folder,
+    """Train on the datasets' train clips (`interleaved_clip_paths`: one VAE for a world's
+    characters, each in its own dataset) and save the VAE to `out` (a diffusers model folder,
     `AutoencoderKLCogVideoX.from_pretrained(out)`); losses go to `losses` (default
     `out/losses.jsonl`). Not resumable: a tiny world's VAE trains in minutes."""
     from tqdm.auto import tqdm
 
-    paths = _clip_paths(Path(dataset))
+    paths = interleaved_clip_paths(datasets)
     first = read_clip(paths[0])
     clips = _clip_reader(paths, first.nbytes)
     rng = random.Random(recipe.seed)
