@@ -41,6 +41,7 @@ from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutp
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
+from animegamer.quantization import NO_QUANTIZATION, Quantization
 from animegamer.settings import Settings
 from animegamer.speed import apply_preset, get_preset
 
@@ -226,14 +227,19 @@ class TurnEngine:
         return frames
 
 
-def load_character_models(directory: Path, placement: Placement) -> CharacterModels:
-    """Load both networks of a character from a project-layout directory."""
+def load_character_models(
+    directory: Path, placement: Placement, quantization: Quantization = NO_QUANTIZATION
+) -> CharacterModels:
+    """Load both networks of a character from a project-layout directory, quantized as
+    `quantization` says (a preset's; `animegamer.quantization`)."""
     game_state = GameStateModel.from_pretrained(
-        directory, device=placement.load_device, dtype=placement.game_state_dtype
+        directory, device=placement.load_device, dtype=placement.game_state_dtype,
+        quantization_config=quantization.language_model_config(placement.game_state_dtype),
     )
     # play renders game-state representations: the shot encoder stays on disk
     decoder = AnimeGamerPipeline.from_pretrained(
-        directory, dtype=placement.decoder_dtype, shot_encoder=None
+        directory, dtype=placement.decoder_dtype, shot_encoder=None,
+        quantization_config=quantization.decoder_config(),
     )
     if placement.offload:
         decoder.enable_model_cpu_offload(device=placement.device)
@@ -342,7 +348,7 @@ def create_engine(
     def load(character: str, placement: Placement) -> CharacterModels:
         if character in unavailable:
             raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
-        models = load_character_models(directories[character], placement)
+        models = load_character_models(directories[character], placement, preset.quantization)
         if preset.changes_models or settings.compile:
             apply_preset(preset, models.game_state, models.decoder, settings.compile)
         return models

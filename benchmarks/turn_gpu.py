@@ -12,9 +12,11 @@ embeddings), `prefill` (the shared history prefix; 0 without shared prefill),
 `representation` (the pass that yields the representation), `state_generation` (greedy state
 tokens), `denoising_steps` (each step), `vae_decode`, `mp4_write`, `total`; per preset the peak
 GPU memory (`peak_gpu_gib`) or, on CPU, the process's peak RSS so far (`peak_rss_mib`), and how
-far its first clip is from the `quality` preset's (same seed). The tiny tokenizer stands in for
-Mistral's, so prompts are a few dozen tokens longer than the real ones. Random weights give
-meaningless clips; the times and memory are those of the real networks.
+far its first clip is from the `quality` preset's (same seed). The models are built in memory,
+not loaded, so the quantized presets (`consumer`, `tiny-vram`), which quantize as they load, are
+not among them: `benchmarks/quantized.py` and `benchmarks/memory.py` measure those. The tiny
+tokenizer stands in for Mistral's, so prompts are a few dozen tokens longer than the real ones.
+Random weights give meaningless clips; the times and memory are those of the real networks.
 """
 
 from __future__ import annotations
@@ -277,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed turns per preset first")
-    parser.add_argument("--presets", nargs="+", choices=PRESET_NAMES, default=list(PRESET_NAMES))
+    unquantized = [name for name in PRESET_NAMES if not get_preset(name).quantization.enabled]
+    parser.add_argument("--presets", nargs="+", choices=unquantized, default=unquantized)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                         help="configured steps (quality; fast caps them)")
     parser.add_argument("--guidance", type=float, default=6.0)
