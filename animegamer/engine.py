@@ -330,8 +330,7 @@ def create_engine(
     if settings.engine == "auto" and not torch.cuda.is_available():
         return create_cpu_engine(settings, "No GPU was found.")
     preset = get_preset(settings.preset)
-    low_vram = "on" if preset.offload else settings.low_vram
-    placement = choose_placement(low_vram, settings.zero_gpu)
+    placement = choose_placement(preset.low_vram(settings.low_vram), settings.zero_gpu)
     default, *others = characters
     try:
         directories = {default: resolve_character(default)}

@@ -64,6 +64,14 @@ class SpeedPreset:
         """Whether `apply_preset` has anything to set on freshly loaded models."""
         return self.first_block_cache is not None or self.shared_prefill or self.vae_tiling
 
+    def low_vram(self, configured: str) -> str:
+        """`ANIMEGAMER_LOW_VRAM` under this preset: an offloading preset turns it on; a
+        quantized one that keeps its models whole turns it off (the `auto` budget of
+        `choose_placement` counts unquantized weights); the others keep `configured`."""
+        if self.offload:
+            return "on"
+        return "off" if self.quantization.enabled else configured
+
     def steps(self, configured: int) -> int:
         """Denoising steps of a turn under this preset."""
         return configured if self.max_steps is None else min(configured, self.max_steps)

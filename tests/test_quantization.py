@@ -44,6 +44,9 @@ def test_quantized_presets_say_what_they_quantize_and_place():
     assert tiny.offload and tiny.vae_tiling
     assert get_preset("quality").quantization.packages() == ()
     assert tiny.quantization.packages() == ("bitsandbytes", "torchao")
+    # consumer keeps its models whole on the GPU, tiny-vram offloads, the others as configured
+    assert consumer.low_vram("auto") == "off" and tiny.low_vram("off") == "on"
+    assert get_preset("quality").low_vram("auto") == "auto"
 
 
 def test_int8_loading_quantizes_the_linear_layers_only(tmp_path):
