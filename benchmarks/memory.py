@@ -266,7 +266,7 @@ def write_vae(scale: Scale, out: Path, seed: int = 3) -> None:
     AutoencoderKLCogVideoX(**scale.vae).save_pretrained(out)
 
 
-def write_release(scale: Scale, layout: Layout) -> dict:
+def write_release(scale: Scale, layout: Layout, preset: str = "") -> dict:
     write_base_llm(scale, layout.base_llm)
     write_mllm_release(scale, layout.mllm_bin)
     write_decoder_release(scale, layout.decoder_dir)
@@ -375,7 +375,7 @@ def stage_turn(scale: Scale, layout: Layout, preset: str, steps: int = 50) -> di
 
 
 STAGES: dict[str, Callable[[Scale, Layout, str], dict]] = {
-    "convert": stage_convert, "load": stage_load, "predict": stage_predict,
+    "write": write_release, "convert": stage_convert, "load": stage_load, "predict": stage_predict,
     "decoder-step": stage_decoder_step, "turn": stage_turn,
 }
 
@@ -404,6 +404,13 @@ def run_stage(name: str, scale: Scale, layout: Layout, preset: str) -> dict:
 
 
 def _peak_rss_gb() -> float:
+    """This process's peak RSS (`VmHWM`): `ru_maxrss` would include the parent's, which Linux
+    carries over `exec`."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) * 1024 / GB, 2)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB, 2)
 
 
@@ -411,6 +418,64 @@ def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+# ---- weights per preset, from parameter bytes ----
+
+BYTES_PER_VALUE = {None: 2.0, "int8": 1.0, "nf4": 0.5 + 4 / 64}
+"""Bytes per weight value: bf16/fp16; int8 (its per-row scale counted apart); NF4 with one
+fp32 absmax per block of 64."""
+
+
+def _linear_and_other(model: torch.nn.Module, skip: tuple[str, ...] = ()) -> tuple[int, int, int]:
+    """(values in quantizable Linear weights, their rows, every other parameter value)."""
+    linear = rows = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and not name.endswith(skip):
+            linear += module.weight.numel()
+            rows += module.weight.shape[0]
+    return linear, rows, sum(p.numel() for p in model.parameters()) - linear
+
+
+def estimate_weights_gb(scale: Scale) -> dict[str, dict[str, float]]:
+    """Weights of each network under each preset, in GB: what the GPU holds at once is their
+    sum for resident presets and the largest for offloading ones (activations not counted);
+    what CPU memory holds between turns is their sum for offloading presets, none otherwise."""
+    from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from animegamer.models.decoder import AnimeGamerTransformer3DModel
+    from animegamer.speed import PRESETS
+    from animegamer.tokens import VOCAB_SIZE
+
+    hidden, width = scale.mistral["hidden_size"], scale.representation_dim
+    resamplers = 2 * hidden * width + hidden * hidden + width * width
+    with torch.device("meta"):
+        llm = _linear_and_other(MistralForCausalLM(MistralConfig(vocab_size=VOCAB_SIZE,
+                                                                 **scale.mistral)), ("lm_head",))
+        sizes = scale.decoder
+        dit = _linear_and_other(AnimeGamerTransformer3DModel(
+            num_attention_heads=sizes.heads, attention_head_dim=sizes.hidden // sizes.heads,
+            time_embed_dim=sizes.time_embed_dim, num_layers=sizes.num_layers))
+        vae_values = sum(p.numel() for p in AutoencoderKLCogVideoX(**scale.vae).parameters())
+
+    def size(counts: tuple[int, int, int], scheme: str | None) -> float:
+        linear, rows, other = counts
+        scales = 2 * rows if scheme == "int8" else 0
+        return (linear * BYTES_PER_VALUE[scheme] + scales + 2 * other) / GB
+
+    estimates = {}
+    for name, preset in PRESETS.items():
+        parts = {"language_model": size(llm, preset.quantization.language_model)
+                 + 2 * resamplers / GB,
+                 "transformer": size(dit, preset.quantization.transformer),
+                 "vae": 2 * vae_values / GB}
+        on_gpu = max(parts.values()) if preset.offload else sum(parts.values())
+        estimates[name] = {**{k: round(v, 2) for k, v in parts.items()},
+                           "gpu_weights_gb": round(on_gpu, 2),
+                           "ram_weights_gb": round(sum(parts.values()), 2) if preset.offload
+                           else 0.0}
+    return estimates
 
 
 # ---- the driver ----
@@ -442,22 +507,18 @@ def _watch(command: list[str], min_available_gb: float) -> Iterator[str]:
 
 
 def drive(args: argparse.Namespace) -> int:
-    scale = SMALL if args.small else FULL
     created = args.workdir is None
     args.workdir = Path(args.workdir or tempfile.mkdtemp(prefix="animegamer-memory-"))
     layout = Layout(args.workdir)
     plan = [("convert", "quality"), *(("load", p) for p in args.presets),
             ("decoder-step", "quality"), ("predict", "quality"),
             *(("turn", p) for p in args.presets)]
+    if layout.character.exists():  # converted by an earlier run with --workdir
+        plan = plan[1:]
+    elif not layout.mllm_bin.exists():
+        plan.insert(0, ("write", "quality"))
     try:
-        if not layout.character.exists():
-            started = time.perf_counter()
-            record = {"stage": "write", **write_release(scale, layout)}
-            record["seconds"] = round(time.perf_counter() - started, 1)
-            print(json.dumps(record), flush=True)
         for stage, preset in plan:
-            if stage == "convert" and layout.character.exists():
-                continue
             for line in _watch(_child(args, stage, preset), args.min_available_gb):
                 record = json.loads(line)
                 record.setdefault("stage", stage)
@@ -481,9 +542,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", nargs="+", default=list(DEFAULT_PRESETS))
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("--min-available-gb", type=float, default=1.5)
+    parser.add_argument("--estimate", action="store_true",
+                        help="print the weights of each preset from parameter bytes, and stop")
     parser.add_argument("--stage", choices=sorted(STAGES), help=argparse.SUPPRESS)
     parser.add_argument("--preset", default="quality", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.estimate:
+        for name, estimate in estimate_weights_gb(SMALL if args.small else FULL).items():
+            print(json.dumps({"preset": name, "estimate": "parameter bytes", **estimate}))
+        return 0
     if args.stage:
         scale = SMALL if args.small else FULL
         print(json.dumps(run_stage(args.stage, scale, Layout(args.workdir), args.preset)))
