@@ -41,6 +41,7 @@ from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutp
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
+from animegamer.quantization import NO_QUANTIZATION, Quantization
 from animegamer.settings import Settings
 from animegamer.speed import apply_preset, get_preset
 
@@ -226,18 +227,23 @@ class TurnEngine:
         return frames
 
 
-def load_character_models(directory: Path, placement: Placement) -> CharacterModels:
-    """Load both networks of a character from a project-layout directory (its VAE from the
-    shared folder its manifest names, if it names one: `convert.character.shared_components`)."""
+def load_character_models(
+    directory: Path, placement: Placement, quantization: Quantization = NO_QUANTIZATION
+) -> CharacterModels:
+    """Load both networks of a character from a project-layout directory, quantized as
+    `quantization` says (a preset's; `animegamer.quantization`), its VAE from the shared folder
+    its manifest names, if it names one (`convert.character.shared_components`)."""
     from animegamer.convert.character import shared_components
 
     game_state = GameStateModel.from_pretrained(
-        directory, device=placement.load_device, dtype=placement.game_state_dtype
+        directory, device=placement.load_device, dtype=placement.game_state_dtype,
+        quantization_config=quantization.language_model_config(placement.game_state_dtype),
     )
     # play renders game-state representations: the shot encoder stays on disk
     decoder = AnimeGamerPipeline.from_pretrained(
         directory, dtype=placement.decoder_dtype, shot_encoder=None,
         **shared_components(directory, placement.decoder_dtype),
+        quantization_config=quantization.decoder_config(),
     )
     if placement.offload:
         decoder.enable_model_cpu_offload(device=placement.device)
@@ -358,8 +364,7 @@ def create_engine(
     if settings.engine == "auto" and not torch.cuda.is_available():
         return create_cpu_engine(settings, "No GPU was found.")
     preset = get_preset(settings.preset)
-    low_vram = "on" if preset.offload else settings.low_vram
-    placement = choose_placement(low_vram, settings.zero_gpu)
+    placement = choose_placement(preset.low_vram(settings.low_vram), settings.zero_gpu)
     default, *others = characters
     try:
         directories = {default: resolve_character(default)}
@@ -376,7 +381,7 @@ def create_engine(
     def load(character: str, placement: Placement) -> CharacterModels:
         if character in unavailable:
             raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
-        models = load_character_models(directories[character], placement)
+        models = load_character_models(directories[character], placement, preset.quantization)
         if preset.changes_models or settings.compile:
             apply_preset(preset, models.game_state, models.decoder, settings.compile)
         return models

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from animegamer.game import MAX_STEPS, MAX_WINDOW
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS
+from animegamer.quantization import missing_packages_message
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
@@ -18,7 +19,7 @@ DEFAULT_NANO_DIR = PACKAGE_ROOT.parent / "assets" / "nano"
 VAE they share, `vae/`), shipped in the repository."""
 ENGINE_KINDS = ("auto", "real", "nano", "preview")
 LOW_VRAM_CHOICES = ("auto", "on", "off")
-PRESET_CHOICES = ("quality", "fast", "low-vram")
+PRESET_CHOICES = ("quality", "fast", "low-vram", "consumer", "tiny-vram")
 """Speed presets of the real engine (`animegamer.speed`)."""
 SPACE_DATA_DIR = Path("/data")
 """A Space's persistent storage, when it has some."""
@@ -117,6 +118,9 @@ class Settings:
             raise SettingsError(
                 f"ANIMEGAMER_PRESET must be one of {PRESET_CHOICES}: {self.preset!r}"
             )
+        missing = missing_packages_message(self.preset)
+        if missing:
+            raise SettingsError(f"ANIMEGAMER_PRESET: {missing}")
         if not 1 <= self.window <= MAX_WINDOW:
             raise SettingsError(f"ANIMEGAMER_WINDOW must be in 1..{MAX_WINDOW}: {self.window}")
         for name, steps in (("ANIMEGAMER_STEPS", self.steps),

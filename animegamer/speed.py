@@ -7,6 +7,11 @@ A preset trades quality for time or memory on the models of one character:
   transformer (a step whose first block changed little reuses the other blocks' residual), and
   the game-state model's shared prefill.
 * `low-vram`: model CPU offload (`Placement.offload`), VAE tiling and slicing, shared prefill.
+* `consumer`: both large networks in int8 (`animegamer.quantization`), whole on the GPU, VAE
+  tiling and slicing (an untiled 480×720 decode alone peaks near 12 GiB), shared prefill:
+  for a 12 GB card.
+* `tiny-vram`: the language model in 4-bit NF4, the transformer in int8, model CPU offload,
+  VAE tiling and slicing, shared prefill: for an 8 GB card.
 
 First Block Cache is the cache hook chosen among diffusers 0.42's: it needs only the pipeline's
 `cache_context("cond_uncond")` and treats the CFG batch of 2 as one input, whereas FasterCache
@@ -27,6 +32,7 @@ from torch import nn
 
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
+from animegamer.quantization import NO_QUANTIZATION, PRESET_QUANTIZATION, Quantization
 from animegamer.settings import PRESET_CHOICES
 
 PRESET_NAMES = PRESET_CHOICES
@@ -42,7 +48,8 @@ SDPA_PROCESSORS = frozenset({"CogVideoXAttnProcessor2_0", "FusedCogVideoXAttnPro
 @dataclass(frozen=True)
 class SpeedPreset:
     """What a preset changes. `max_steps`: cap on the denoising steps (None: as configured);
-    `first_block_cache`: First Block Cache threshold (None: off)."""
+    `first_block_cache`: First Block Cache threshold (None: off); `quantization`: how the
+    networks load (applied by `load_character_models`, not by `apply_preset`)."""
 
     name: str
     max_steps: int | None = None
@@ -50,11 +57,20 @@ class SpeedPreset:
     shared_prefill: bool = False
     offload: bool = False
     vae_tiling: bool = False
+    quantization: Quantization = NO_QUANTIZATION
 
     @property
     def changes_models(self) -> bool:
         """Whether `apply_preset` has anything to set on freshly loaded models."""
         return self.first_block_cache is not None or self.shared_prefill or self.vae_tiling
+
+    def low_vram(self, configured: str) -> str:
+        """`ANIMEGAMER_LOW_VRAM` under this preset: an offloading preset turns it on; a
+        quantized one that keeps its models whole turns it off (the `auto` budget of
+        `choose_placement` counts unquantized weights); the others keep `configured`."""
+        if self.offload:
+            return "on"
+        return "off" if self.quantization.enabled else configured
 
     def steps(self, configured: int) -> int:
         """Denoising steps of a turn under this preset."""
@@ -68,6 +84,14 @@ PRESETS: Mapping[str, SpeedPreset] = MappingProxyType({
         shared_prefill=True,
     ),
     "low-vram": SpeedPreset("low-vram", shared_prefill=True, offload=True, vae_tiling=True),
+    "consumer": SpeedPreset(
+        "consumer", shared_prefill=True, vae_tiling=True,
+        quantization=PRESET_QUANTIZATION["consumer"],
+    ),
+    "tiny-vram": SpeedPreset(
+        "tiny-vram", shared_prefill=True, offload=True, vae_tiling=True,
+        quantization=PRESET_QUANTIZATION["tiny-vram"],
+    ),
 })
 
 

@@ -12,9 +12,11 @@ embeddings), `prefill` (the shared history prefix; 0 without shared prefill),
 `representation` (the pass that yields the representation), `state_generation` (greedy state
 tokens), `denoising_steps` (each step), `vae_decode`, `mp4_write`, `total`; per preset the peak
 GPU memory (`peak_gpu_gib`) or, on CPU, the process's peak RSS so far (`peak_rss_mib`), and how
-far its first clip is from the `quality` preset's (same seed). The tiny tokenizer stands in for
-Mistral's, so prompts are a few dozen tokens longer than the real ones. Random weights give
-meaningless clips; the times and memory are those of the real networks.
+far its first clip is from the `quality` preset's (same seed). The models are built in memory,
+not loaded, so the quantized presets (`consumer`, `tiny-vram`), which quantize as they load, are
+not among them: `benchmarks/quantized.py` and `benchmarks/memory.py` measure those. The tiny
+tokenizer stands in for Mistral's, so prompts are a few dozen tokens longer than the real ones.
+Random weights give meaningless clips; the times and memory are those of the real networks.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from animegamer.models.decoder import (
 )
 from animegamer.models.decoder_defaults import DEFAULT_STEPS
 from animegamer.models.game_state import GameStateConfig, GameStateModel
+from animegamer.models.game_state_defaults import FULL_REPRESENTATION_DIM, MISTRAL_7B_ARCHITECTURE
 from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.models.tiny_game_state import (
     build_tiny_tokenizer,
@@ -61,24 +64,6 @@ from animegamer.tokens import VOCAB_SIZE
 
 GIB = 1 << 30
 TINY_REPRESENTATION_DIM = 64
-FULL_REPRESENTATION_DIM = 1920
-"""CogVideoX-2B's inner width (30 heads × 64): the representation the decoder takes."""
-MISTRAL_7B: dict = {
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "max_position_embeddings": 32768,
-    "sliding_window": 4096,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
-"""Mistral-7B-Instruct-v0.1's architecture, with AnimeGamer's 32284-id vocabulary."""
 MOTIONS = ("fly on broomstick", "sit on railing", "walk through the town", "lie down on grass")
 
 
@@ -113,7 +98,7 @@ class TurnTimes:
 
 def build_full(device: str | torch.device) -> Models:
     """Real-size random models on `device` (`meta` builds only the shapes)."""
-    config = MistralConfig(vocab_size=VOCAB_SIZE, **MISTRAL_7B)
+    config = MistralConfig(vocab_size=VOCAB_SIZE, **MISTRAL_7B_ARCHITECTURE)
     with torch.device(device):
         llm = AutoModelForCausalLM.from_config(
             config, dtype=torch.bfloat16, attn_implementation="sdpa"
@@ -277,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed turns per preset first")
-    parser.add_argument("--presets", nargs="+", choices=PRESET_NAMES, default=list(PRESET_NAMES))
+    unquantized = [name for name in PRESET_NAMES if not get_preset(name).quantization.enabled]
+    parser.add_argument("--presets", nargs="+", choices=unquantized, default=unquantized)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                         help="configured steps (quality; fast caps them)")
     parser.add_argument("--guidance", type=float, default=6.0)

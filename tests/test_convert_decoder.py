@@ -267,3 +267,15 @@ def test_training_state_beside_the_network_loads_and_converts(tmp_path, monkeypa
 
     out = convert_decoder(release, tmp_path / "out", latent_size=TINY_LATENT)
     assert (out / "transformer" / "config.json").is_file()
+
+
+def test_a_bf16_release_converts_to_bf16_in_shards(tmp_path):
+    """The output keeps the release's precision (a bf16 release is not doubled to fp32)."""
+    release = tmp_path / "release"
+    (release / "1").mkdir(parents=True)
+    (release / "latest").write_text("1")
+    state = {k: v.to(torch.bfloat16) for k, v in sat_decoder_state_dict(TINY_SAT_SIZES).items()}
+    torch.save({"module": state}, release / "1" / RELEASE_CHECKPOINT_NAME)
+    out = convert_decoder(release, tmp_path / "out", latent_size=TINY_LATENT)
+    (weights_file,) = (out / "transformer").glob("*.safetensors")
+    assert {t.dtype for t in load_file(weights_file).values()} == {torch.bfloat16}

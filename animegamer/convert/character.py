@@ -60,6 +60,9 @@ LAYOUT_PATTERNS = (
 SKIP_CHECK_ENV = "ANIMEGAMER_SKIP_RESOURCE_CHECK"
 _GB = 1e9
 _MARGIN_BYTES = 2 * 1024**3
+STREAMING_CONVERSION_BYTES = 9 * 10**9
+"""Peak RSS of a full-size conversion: 8.0 GB measured (`benchmarks/memory.py --full-size`, a
+bf16 release without base weights in the MLLM file, 2026-12-06), rounded up."""
 
 
 class InsufficientResourcesError(ConversionError):
@@ -168,8 +171,9 @@ def estimate_requirements(files: ReleaseFiles) -> Requirements:
 
     Disk: the converted LLM is at most the release checkpoint plus the base weights, the
     transformer at most the SAT checkpoint, and the VAE is a copy where it cannot be hard-linked;
-    plus a 2 GiB margin. RAM: the MLLM stage holds the release state dict and the merged model at
-    once (the decoder checkpoint is memory-mapped, so it does not count), plus the margin.
+    plus a 2 GiB margin. RAM: both stages stream (memory-mapped inputs, the output written shard
+    by shard), so a conversion needs about the inputs or `STREAMING_CONVERSION_BYTES`, whichever
+    is smaller, plus the margin.
     """
     mllm = _size(files.mllm_bin)
     base = sum(
@@ -180,7 +184,7 @@ def estimate_requirements(files: ReleaseFiles) -> Requirements:
     vae = _size(files.vae_dir)
     return Requirements(
         disk_bytes=mllm + base + decoder + vae + _MARGIN_BYTES,
-        ram_bytes=mllm + base + _MARGIN_BYTES,
+        ram_bytes=min(mllm + base, STREAMING_CONVERSION_BYTES) + _MARGIN_BYTES,
     )
 
 

@@ -43,6 +43,7 @@ from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 
 LAYERNORM_EPS = 1e-5
+TRANSFORMER_SHARD_SIZE = "2GB"
 
 SAFE_GLOBALS: tuple = (
     argparse.Namespace,
@@ -420,8 +421,11 @@ def build_converted_decoder(
                 f"{SAT_PREFIX}mixins.pos_embed.pos_embedding differs from the sincos table "
                 f"by {diff:.2e}"
             )
-    # Chunks of the fused qkv share storage: clone, as safetensors refuses shared tensors.
-    weights = {k: v.to(dtype).clone() for k, v in converted.transformer.items()}
+    # One tensor at a time, each fp32 merge freed once cast: peak about the output, not two
+    # copies. Chunks of the fused qkv share storage: clone, as safetensors refuses shared tensors.
+    weights = {}
+    for key in list(converted.transformer):
+        weights[key] = converted.transformer.pop(key).to(dtype).clone()
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval(), build_shot_encoder(converted.shot_encoder, dtype)
 
@@ -432,9 +436,14 @@ def convert_decoder(
     latent_size: tuple[int, int] | None = None,
     sample_frames: int = DEFAULT_SAMPLE_FRAMES,
     motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Convert the release decoder in `release_dir` into the pipeline folder `out`; returns `out`.
+
+    `dtype`: of the output weights; None keeps the release's (of its patch embedding), as the
+    MLLM converter does, so a bf16 release is not doubled to fp32 on disk and in RAM. The
+    transformer is written in shards of `TRANSFORMER_SHARD_SIZE`: safetensors copies a shard
+    into one buffer as it writes it.
 
     Writes `out/transformer/`, `out/shot_encoder/`, `out/scheduler/` and `out/model_index.json`:
     with CogVideoX-2B's
@@ -442,11 +451,15 @@ def convert_decoder(
     `AnimeGamerPipeline.from_pretrained`.
     """
     state = load_release_state_dict(Path(release_dir))
+    if dtype is None:
+        dtype = _require(state, "mixins.patch_embed.proj.weight").dtype
     model, shot_encoder = build_converted_decoder(
         state, latent_size, sample_frames, motion_scopes, dtype
     )
     out = Path(out)
-    model.save_pretrained(out / "transformer", safe_serialization=True)
+    model.save_pretrained(
+        out / "transformer", safe_serialization=True, max_shard_size=TRANSFORMER_SHARD_SIZE
+    )
     shot_encoder.save_pretrained(out / "shot_encoder", safe_serialization=True)
     save_scheduler(out)
     write_model_index(out)

@@ -188,12 +188,18 @@ class GameStateModel(PreTrainedModel):
         dtype: torch.dtype = torch.float32,
         *,
         attn_implementation: str = "sdpa",
+        quantization_config: Any = None,
     ) -> GameStateModel:
-        """Load a character folder (see the module docstring); bf16 on GPU, fp32 on CPU."""
+        """Load a character folder (see the module docstring); bf16 on GPU, fp32 on CPU.
+
+        The language model streams tensor by tensor from its memory-mapped shards straight to
+        `device` and `dtype`; `quantization_config` (transformers', e.g. from
+        `animegamer.quantization`) quantizes it as it loads. The resamplers stay in `dtype`.
+        """
         path = Path(pretrained_model_name_or_path)
         language_model = AutoModelForCausalLM.from_pretrained(
             path / LLM_FOLDER, dtype=dtype, attn_implementation=attn_implementation,
-            device_map={"": torch.device(device)},
+            device_map={"": torch.device(device)}, quantization_config=quantization_config,
         )
         tensors = load_file(path / RESAMPLERS_NAME)
         config = GameStateConfig.from_layout(

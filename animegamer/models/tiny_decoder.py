@@ -113,7 +113,7 @@ def _sat_shapes(s: SatDecoderSizes) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _sincos_table(s: SatDecoderSizes) -> torch.Tensor:
+def release_position_table(s: SatDecoderSizes) -> torch.Tensor:
     """The fixed position table of the release: zeros for the 226 representation tokens."""
     height, width = s.latent_size
     frames = (s.sample_frames - 1) // 4 + 1
@@ -149,7 +149,7 @@ def sat_decoder_state_dict(
         else:
             value = 0.1 * value
         state[SAT_PREFIX + key] = value
-    state[SAT_PREFIX + "mixins.pos_embed.pos_embedding"] = _sincos_table(sizes)
+    state[SAT_PREFIX + "mixins.pos_embed.pos_embedding"] = release_position_table(sizes)
     return {k: v.to(device) for k, v in state.items()}
 
 
