@@ -39,6 +39,7 @@ from animegamer.hub import log_stage, resolve_character
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
+from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentPreviewCallback
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.settings import Settings
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 EngineKind = Literal["real", "nano", "preview"]
 ProgressCallback = Callable[[float, str], None]
+PreviewCallback = Callable[[ClipPreview], None]
 PREVIEW_REPRESENTATION_DIM = 64
 SHARED_MODELS_CHARACTERS = 1 << 16
 """Characters the CPU engines (Nano, preview) serve at once: all, as they share one model set."""
@@ -74,10 +76,12 @@ class CharacterModelsLoader(Protocol):
 
 @dataclass
 class CharacterModels:
-    """The two networks that play one character."""
+    """The two networks that play one character, and the decoder's live-preview map (None
+    when live previews are off)."""
 
     game_state: GameStateModel
     decoder: AnimeGamerPipeline
+    preview: LatentPreview | None = None
 
 
 class TurnEngine:
@@ -99,6 +103,8 @@ class TurnEngine:
         output_dir: Path,
         notice: str = "",
         load_on_demand: bool = True,
+        shared_prefill: bool = False,
+        live_preview: bool = True,
     ) -> None:
         self.kind = kind
         self.placement = placement
@@ -107,6 +113,11 @@ class TurnEngine:
         self.clips = ClipStore(output_dir)
         self.notice = notice
         self.load_on_demand = load_on_demand
+        self.shared_prefill = shared_prefill
+        """The speed preset's switch: the game-state model computes the history prefix once
+        (`GameStateModel.predict(..., shared_prefill=True)`)."""
+        self.live_preview = live_preview
+        """Whether `play` hands previews of the clip forming to its `on_preview` callback."""
         self.representation_dim: int | None = None
         """Width of the representations the models exchange (one for every character), known
         once a character is loaded; a saved game of another width cannot continue here."""
@@ -153,6 +164,7 @@ class TurnEngine:
         seed: int | None = None,
         progress: ProgressCallback | None = None,
         num_inference_steps: int | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> Session:
         """Play one turn and return the new session.
 
@@ -162,6 +174,9 @@ class TurnEngine:
             seed: the decoder's noise seed; a fresh random one when `None`.
             progress: called as `progress(fraction, description)` through the turn.
             num_inference_steps: diffusion steps; the engine's setting when `None`.
+            on_preview: called while the clip denoises, every few steps (never after the last:
+                the clip follows), with a `ClipPreview` of its first, middle and last frame;
+                not called when the engine's `live_preview` is off.
         """
         seed = new_seed() if seed is None else check_seed(seed)
         steps = num_inference_steps or self.num_inference_steps
@@ -173,9 +188,15 @@ class TurnEngine:
 
         report(0.0, "Predicting the next game state")
         history = zip(session.history_turns, session.history_representations, strict=True)
-        representation, states = models.game_state.predict(history, instruction)
+        representation, states = models.game_state.predict(
+            history, instruction, shared_prefill=self.shared_prefill
+        )
         predicted = time.perf_counter()
-        frames = self._render(models.decoder, representation, states, steps, seed, report)
+        preview = None
+        if on_preview is not None and self.live_preview and models.preview is not None:
+            preview = LatentPreviewCallback(models.preview, on_preview)
+        frames = self._render(models.decoder, representation, states, steps, seed, report,
+                              preview)
         report(0.97, "Writing the clip")
         path = self.clips.write_clip(frames, session.session_id, len(session.turns) + 1, seed)
         finished = time.perf_counter()
@@ -202,13 +223,17 @@ class TurnEngine:
         steps: int,
         seed: int,
         report: ProgressCallback,
+        preview: LatentPreviewCallback | None,
     ) -> np.ndarray:
-        """The shot's uint8 frames [F, H, W, 3], reporting each denoising step."""
+        """The shot's uint8 frames [F, H, W, 3], reporting each denoising step (and previewing
+        the clip when `preview` is given)."""
 
         def on_step_end(
             pipeline: AnimeGamerPipeline, step: int, timestep: torch.Tensor, tensors: dict
         ) -> dict:
             report(0.1 + 0.8 * (step + 1) / steps, f"Denoising step {step + 1}/{steps}")
+            if preview is not None:
+                preview(pipeline, step, timestep, tensors)
             if step + 1 == steps:
                 report(0.92, "Decoding the video")
             return tensors
@@ -220,14 +245,20 @@ class TurnEngine:
             guidance_scale=self.guidance_scale,
             generator=torch.Generator("cpu").manual_seed(seed),
             callback_on_step_end=on_step_end,
+            callback_on_step_end_tensor_inputs=[
+                "latents", *(preview.tensor_inputs if preview is not None else [])
+            ],
         )
         assert isinstance(output, AnimeGamerPipelineOutput)  # return_dict=True
         (frames,) = output.frames
         return frames
 
 
-def load_character_models(directory: Path, placement: Placement) -> CharacterModels:
-    """Load both networks of a character from a project-layout directory."""
+def load_character_models(
+    directory: Path, placement: Placement, live_preview: bool = True
+) -> CharacterModels:
+    """Load both networks of a character from a project-layout directory, and its
+    live-preview map when `live_preview` (fitted on the CPU and saved there if missing)."""
     game_state = GameStateModel.from_pretrained(
         directory, device=placement.load_device, dtype=placement.game_state_dtype
     )
@@ -235,6 +266,7 @@ def load_character_models(directory: Path, placement: Placement) -> CharacterMod
     decoder = AnimeGamerPipeline.from_pretrained(
         directory, dtype=placement.decoder_dtype, shot_encoder=None
     )
+    preview = LatentPreview.for_folder(directory, decoder.vae) if live_preview else None
     if placement.offload:
         decoder.enable_model_cpu_offload(device=placement.device)
     else:
@@ -246,7 +278,7 @@ def load_character_models(directory: Path, placement: Placement) -> CharacterMod
     elif placement.load_device != placement.storage_device:
         # transformers wraps `.to` in a decorator whose stub mypy reads as unbound
         game_state.to(placement.storage_device)  # type: ignore[arg-type]
-    return CharacterModels(game_state=game_state, decoder=decoder)
+    return CharacterModels(game_state=game_state, decoder=decoder, preview=preview)
 
 
 def build_preview_directory(directory: Path, seed: int = 0) -> Path:
@@ -259,7 +291,9 @@ def build_preview_directory(directory: Path, seed: int = 0) -> Path:
 def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> TurnEngine:
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
     with tempfile.TemporaryDirectory(prefix="animegamer-preview-") as folder:
-        models = load_character_models(build_preview_directory(Path(folder)), CPU_PLACEMENT)
+        models = load_character_models(
+            build_preview_directory(Path(folder)), CPU_PLACEMENT, settings.live_preview
+        )
     return _shared_models_engine(models, "preview", settings.preview_steps, settings, notice)
 
 
@@ -273,7 +307,7 @@ def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEng
         check_layout(settings.nano_dir)
     except ConversionError as error:
         raise EngineError(f"the Nano world cannot be played: {error}") from None
-    models = load_character_models(settings.nano_dir, CPU_PLACEMENT)
+    models = load_character_models(settings.nano_dir, CPU_PLACEMENT, settings.live_preview)
     return _shared_models_engine(models, "nano", settings.nano_steps, settings, notice)
 
 
@@ -299,6 +333,7 @@ def _shared_models_engine(
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         notice=notice,
+        live_preview=settings.live_preview,
     )
     engine.representation_dim = models.game_state.representation_dim
     return engine
@@ -342,9 +377,9 @@ def create_engine(
     def load(character: str, placement: Placement) -> CharacterModels:
         if character in unavailable:
             raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
-        models = load_character_models(directories[character], placement)
+        models = load_character_models(directories[character], placement, settings.live_preview)
         if preset.changes_models or settings.compile:
-            apply_preset(preset, models.game_state, models.decoder, settings.compile)
+            apply_preset(preset, models.decoder, settings.compile)
         return models
 
     engine = TurnEngine(
@@ -355,6 +390,8 @@ def create_engine(
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         load_on_demand=not placement.zero_gpu,
+        shared_prefill=preset.shared_prefill,
+        live_preview=settings.live_preview,
     )
     try:
         engine.load(default)
