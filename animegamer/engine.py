@@ -258,7 +258,8 @@ def load_character_models(
     directory: Path, placement: Placement, live_preview: bool = True
 ) -> CharacterModels:
     """Load both networks of a character from a project-layout directory, and its
-    live-preview map when `live_preview` (fitted on the CPU and saved there if missing)."""
+    live-preview map when `live_preview` (`LatentPreview.for_folder`: fitted against the
+    placed VAE and saved in the folder when it has none)."""
     game_state = GameStateModel.from_pretrained(
         directory, device=placement.load_device, dtype=placement.game_state_dtype
     )
@@ -266,13 +267,15 @@ def load_character_models(
     decoder = AnimeGamerPipeline.from_pretrained(
         directory, dtype=placement.decoder_dtype, shot_encoder=None
     )
-    preview = LatentPreview.for_folder(directory, decoder.vae) if live_preview else None
     if placement.offload:
         decoder.enable_model_cpu_offload(device=placement.device)
     else:
         decoder.to(placement.storage_device)
     if placement.device == "cpu":
         use_onednn_conv3d(decoder.vae)
+    preview = LatentPreview.for_folder(directory, decoder.vae) if live_preview else None
+    if preview is not None and placement.offload:
+        decoder.maybe_free_model_hooks()  # a fit ran the VAE on the device: offload it again
     if placement.offload:
         game_state.enable_model_cpu_offload(placement.device)
     elif placement.load_device != placement.storage_device:

@@ -85,7 +85,7 @@ def render(pipeline, representation, steps=STEPS):
 
 
 @pytest.fixture(scope="module")
-def baseline(decoder, game_state, representation):
+def baseline(decoder, representation):
     apply_preset(PRESETS["quality"], decoder)
     return render(decoder, representation)
 
@@ -185,7 +185,7 @@ def test_settings_read_the_preset_and_compile():
         Settings.from_env({"ANIMEGAMER_PRESET": "turbo"})
 
 
-def test_fast_preset_stays_within_tolerance(decoder, game_state, representation, baseline):
+def test_fast_preset_stays_within_tolerance(decoder, representation, baseline):
     try:
         apply_preset(PRESETS["fast"], decoder)
         assert decoder.transformer.is_cache_enabled
@@ -207,7 +207,7 @@ def test_fast_preset_stays_within_tolerance(decoder, game_state, representation,
     assert (cached - baseline).abs().mean() <= 0.01
 
 
-def test_low_vram_preset_tiles_the_vae(decoder, game_state, representation, baseline):
+def test_low_vram_preset_tiles_the_vae(decoder, representation, baseline):
     try:
         apply_preset(PRESETS["low-vram"], decoder)
         vae = decoder.vae

@@ -138,12 +138,15 @@ class LatentPreviewCallback(PipelineCallback):
         pipeline(representation, 3, callback_on_step_end=LatentPreviewCallback(map, show))
     """
 
-    tensor_inputs = ["pred_original_sample"]  # noqa: RUF012 (diffusers declares it a list)
-
     def __init__(self, preview: LatentPreview, on_preview: Callable[[ClipPreview], None]):
         super().__init__()
         self.preview = preview
         self.on_preview = on_preview
+
+    @property
+    def tensor_inputs(self) -> list[str]:
+        """The pipeline tensors the callback reads: the step's x0 estimate."""
+        return ["pred_original_sample"]
 
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any,
                     callback_kwargs: dict[str, Any]) -> dict[str, Any]:
