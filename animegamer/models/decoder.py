@@ -587,6 +587,47 @@ class AnimeGamerPipeline(DiffusionPipeline):
             return video.permute(0, 2, 1, 3, 4)
         return (255.0 * video).to(torch.uint8).permute(0, 2, 3, 4, 1).cpu().numpy()
 
+    def denoise(
+        self,
+        latents: torch.Tensor,
+        predict: PredictFn,
+        num_inference_steps: int,
+        generator: torch.Generator | list[torch.Generator] | None,
+        callback_on_step_end: StepEndCallback | None,
+        callback_on_step_end_tensor_inputs: Sequence[str],
+    ) -> torch.Tensor:
+        """`sample_latents` with this call's state: guidance read from `_guidance_scale`,
+        stopped by `_interrupt`, the callback given the tensors it asks for after every
+        step, and a progress bar."""
+        # a scheduler of this call's own: `set_timesteps` mutates it, and turns may overlap
+        scheduler = type(self.scheduler).from_config(self.scheduler.config)
+        with self.progress_bar(total=num_inference_steps) as progress_bar:
+
+            def step_end(
+                i: int, t: torch.Tensor, latents: torch.Tensor, x0: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+                if callback_on_step_end is not None:
+                    tensors = {"latents": latents, "pred_original_sample": x0}
+                    callback_kwargs = {k: tensors[k] for k in callback_on_step_end_tensor_inputs}
+                    outputs = callback_on_step_end(self, i, t, callback_kwargs) or {}
+                    latents = outputs.pop("latents", latents)
+                    x0 = outputs.pop("pred_original_sample", x0)
+                progress_bar.update()
+                return latents, x0
+
+            latents = sample_latents(
+                scheduler,
+                predict,
+                latents,
+                num_inference_steps=num_inference_steps,
+                guidance_scale=lambda: self._guidance_scale,
+                generator=generator,
+                step_end=step_end,
+                interrupted=lambda: self._interrupt,
+            )
+        self._current_timestep = None
+        return latents
+
     @torch.no_grad()
     def __call__(
         self,
@@ -663,34 +704,8 @@ class AnimeGamerPipeline(DiffusionPipeline):
         scopes = [scope for scope in scopes for _ in range(num_videos_per_prompt)]
         latents = self.prepare_latents(len(scopes), device, generator, latents)
         predict = self.predict_fn(representation.to(device), scopes, device)
-        # a scheduler of this call's own: `set_timesteps` mutates it, and turns may overlap
-        scheduler = type(self.scheduler).from_config(self.scheduler.config)
-
-        with self.progress_bar(total=num_inference_steps) as progress_bar:
-
-            def step_end(
-                i: int, t: torch.Tensor, latents: torch.Tensor, x0: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-                if callback_on_step_end is not None:
-                    tensors = {"latents": latents, "pred_original_sample": x0}
-                    callback_kwargs = {k: tensors[k] for k in callback_on_step_end_tensor_inputs}
-                    outputs = callback_on_step_end(self, i, t, callback_kwargs) or {}
-                    latents = outputs.pop("latents", latents)
-                    x0 = outputs.pop("pred_original_sample", x0)
-                progress_bar.update()
-                return latents, x0
-
-            latents = sample_latents(
-                scheduler,
-                predict,
-                latents,
-                num_inference_steps=num_inference_steps,
-                guidance_scale=lambda: self._guidance_scale,
-                generator=generator,
-                step_end=step_end,
-                interrupted=lambda: self._interrupt,
-            )
-        self._current_timestep = None
+        latents = self.denoise(latents, predict, num_inference_steps, generator,
+                               callback_on_step_end, callback_on_step_end_tensor_inputs)
         latents = self.noise_prior.color(latents)
 
         frames: np.ndarray | torch.Tensor
