@@ -39,6 +39,7 @@ from animegamer.hub import log_stage, resolve_character
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
+from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentPreviewCallback
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.quantization import NO_QUANTIZATION, Quantization
@@ -49,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 EngineKind = Literal["real", "nano", "preview"]
 ProgressCallback = Callable[[float, str], None]
+PreviewCallback = Callable[[ClipPreview], None]
 PREVIEW_REPRESENTATION_DIM = 64
 CPU_RESIDENT_CHARACTERS = 1 << 16
 """Characters the CPU engines (Nano, preview) keep loaded: all (their models are small)."""
@@ -75,10 +77,12 @@ class CharacterModelsLoader(Protocol):
 
 @dataclass
 class CharacterModels:
-    """The two networks that play one character."""
+    """The two networks that play one character, and the decoder's live-preview map (None
+    when live previews are off)."""
 
     game_state: GameStateModel
     decoder: AnimeGamerPipeline
+    preview: LatentPreview | None = None
 
 
 class TurnEngine:
@@ -100,6 +104,8 @@ class TurnEngine:
         output_dir: Path,
         notice: str = "",
         load_on_demand: bool = True,
+        shared_prefill: bool = False,
+        live_preview: bool = True,
     ) -> None:
         self.kind = kind
         self.placement = placement
@@ -108,6 +114,11 @@ class TurnEngine:
         self.clips = ClipStore(output_dir)
         self.notice = notice
         self.load_on_demand = load_on_demand
+        self.shared_prefill = shared_prefill
+        """The speed preset's switch: the game-state model computes the history prefix once
+        (`GameStateModel.predict(..., shared_prefill=True)`)."""
+        self.live_preview = live_preview
+        """Whether `play` hands previews of the clip forming to its `on_preview` callback."""
         self.representation_dim: int | None = None
         """Width of the representations the models exchange (one for every character), known
         once a character is loaded; a saved game of another width cannot continue here."""
@@ -154,6 +165,7 @@ class TurnEngine:
         seed: int | None = None,
         progress: ProgressCallback | None = None,
         num_inference_steps: int | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> Session:
         """Play one turn and return the new session.
 
@@ -163,6 +175,9 @@ class TurnEngine:
             seed: the decoder's noise seed; a fresh random one when `None`.
             progress: called as `progress(fraction, description)` through the turn.
             num_inference_steps: diffusion steps; the engine's setting when `None`.
+            on_preview: called while the clip denoises, every few steps (never after the last:
+                the clip follows), with a `ClipPreview` of its first, middle and last frame;
+                not called when the engine's `live_preview` is off.
         """
         seed = new_seed() if seed is None else check_seed(seed)
         steps = num_inference_steps or self.num_inference_steps
@@ -174,9 +189,15 @@ class TurnEngine:
 
         report(0.0, "Predicting the next game state")
         history = zip(session.history_turns, session.history_representations, strict=True)
-        representation, states = models.game_state.predict(history, instruction)
+        representation, states = models.game_state.predict(
+            history, instruction, shared_prefill=self.shared_prefill
+        )
         predicted = time.perf_counter()
-        frames = self._render(models.decoder, representation, states, steps, seed, report)
+        preview = None
+        if on_preview is not None and self.live_preview and models.preview is not None:
+            preview = LatentPreviewCallback(models.preview, on_preview)
+        frames = self._render(models.decoder, representation, states, steps, seed, report,
+                              preview)
         report(0.97, "Writing the clip")
         path = self.clips.write_clip(frames, session.session_id, len(session.turns) + 1, seed)
         finished = time.perf_counter()
@@ -203,13 +224,17 @@ class TurnEngine:
         steps: int,
         seed: int,
         report: ProgressCallback,
+        preview: LatentPreviewCallback | None,
     ) -> np.ndarray:
-        """The shot's uint8 frames [F, H, W, 3], reporting each denoising step."""
+        """The shot's uint8 frames [F, H, W, 3], reporting each denoising step (and previewing
+        the clip when `preview` is given)."""
 
         def on_step_end(
             pipeline: AnimeGamerPipeline, step: int, timestep: torch.Tensor, tensors: dict
         ) -> dict:
             report(0.1 + 0.8 * (step + 1) / steps, f"Denoising step {step + 1}/{steps}")
+            if preview is not None:
+                preview(pipeline, step, timestep, tensors)
             if step + 1 == steps:
                 report(0.92, "Decoding the video")
             return tensors
@@ -221,6 +246,9 @@ class TurnEngine:
             guidance_scale=self.guidance_scale,
             generator=torch.Generator("cpu").manual_seed(seed),
             callback_on_step_end=on_step_end,
+            callback_on_step_end_tensor_inputs=[
+                "latents", *(preview.tensor_inputs if preview is not None else [])
+            ],
         )
         assert isinstance(output, AnimeGamerPipelineOutput)  # return_dict=True
         (frames,) = output.frames
@@ -228,11 +256,16 @@ class TurnEngine:
 
 
 def load_character_models(
-    directory: Path, placement: Placement, quantization: Quantization = NO_QUANTIZATION
+    directory: Path,
+    placement: Placement,
+    quantization: Quantization = NO_QUANTIZATION,
+    live_preview: bool = True,
 ) -> CharacterModels:
     """Load both networks of a character from a project-layout directory, quantized as
     `quantization` says (a preset's; `animegamer.quantization`), its VAE from the shared folder
-    its manifest names, if it names one (`convert.character.shared_components`)."""
+    its manifest names, if it names one (`convert.character.shared_components`), and its
+    live-preview map when `live_preview` (`LatentPreview.for_folder`: fitted against the placed
+    VAE and saved in the folder when it has none)."""
     from animegamer.convert.character import shared_components
 
     game_state = GameStateModel.from_pretrained(
@@ -251,12 +284,15 @@ def load_character_models(
         decoder.to(placement.storage_device)
     if placement.device == "cpu":
         use_onednn_conv3d(decoder.vae)
+    preview = LatentPreview.for_folder(directory, decoder.vae) if live_preview else None
+    if preview is not None and placement.offload:
+        decoder.maybe_free_model_hooks()  # a fit ran the VAE on the device: offload it again
     if placement.offload:
         game_state.enable_model_cpu_offload(placement.device)
     elif placement.load_device != placement.storage_device:
         # transformers wraps `.to` in a decorator whose stub mypy reads as unbound
         game_state.to(placement.storage_device)  # type: ignore[arg-type]
-    return CharacterModels(game_state=game_state, decoder=decoder)
+    return CharacterModels(game_state=game_state, decoder=decoder, preview=preview)
 
 
 def build_preview_directory(directory: Path, seed: int = 0) -> Path:
@@ -269,7 +305,10 @@ def build_preview_directory(directory: Path, seed: int = 0) -> Path:
 def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> TurnEngine:
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
     with tempfile.TemporaryDirectory(prefix="animegamer-preview-") as folder:
-        models = load_character_models(build_preview_directory(Path(folder)), CPU_PLACEMENT)
+        models = load_character_models(
+            build_preview_directory(Path(folder)), CPU_PLACEMENT,
+            live_preview=settings.live_preview,
+        )
     engine = _cpu_engine(
         lambda character, placement: models, "preview", settings.preview_steps, settings, notice
     )
@@ -311,7 +350,9 @@ def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEng
             raise EngineError(
                 f"the Nano world has no model of {character} (it has {', '.join(folders)})"
             )
-        return load_character_models(folders[character], placement)
+        return load_character_models(
+            folders[character], placement, live_preview=settings.live_preview
+        )
 
     engine = _cpu_engine(load, "nano", settings.nano_steps, settings, notice)
     for character in folders:
@@ -341,6 +382,7 @@ def _cpu_engine(
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         notice=notice,
+        live_preview=settings.live_preview,
     )
 
 
@@ -381,9 +423,11 @@ def create_engine(
     def load(character: str, placement: Placement) -> CharacterModels:
         if character in unavailable:
             raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
-        models = load_character_models(directories[character], placement, preset.quantization)
+        models = load_character_models(
+            directories[character], placement, preset.quantization, settings.live_preview
+        )
         if preset.changes_models or settings.compile:
-            apply_preset(preset, models.game_state, models.decoder, settings.compile)
+            apply_preset(preset, models.decoder, settings.compile)
         return models
 
     engine = TurnEngine(
@@ -394,6 +438,8 @@ def create_engine(
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         load_on_demand=not placement.zero_gpu,
+        shared_prefill=preset.shared_prefill,
+        live_preview=settings.live_preview,
     )
     try:
         engine.load(default)

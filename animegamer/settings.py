@@ -58,6 +58,8 @@ class Settings:
     `owner/name` when running on Hugging Face Spaces (`SPACE_ID`, set by the platform).
     `preset`: the real engine's speed preset (`animegamer.speed`); `compile`: regional
     `torch.compile` of the decoder's transformer blocks.
+    `live_preview`: while a clip denoises, hand previews of it to the turn's `on_preview`
+    (`ANIMEGAMER_LIVE_PREVIEW=0` turns them off; `animegamer.models.latent_preview`).
     """
 
     engine: str = "auto"
@@ -76,6 +78,7 @@ class Settings:
     space_id: str | None = None
     preset: str = "quality"
     compile: bool = False
+    live_preview: bool = True
 
     @classmethod
     def from_env(
@@ -103,6 +106,7 @@ class Settings:
             space_id=env.get("SPACE_ID") or None,
             preset=env.get("ANIMEGAMER_PRESET", defaults.preset).strip().lower(),
             compile=_flag(env, "ANIMEGAMER_COMPILE"),
+            live_preview=_flag(env, "ANIMEGAMER_LIVE_PREVIEW", default=defaults.live_preview),
         )
         settings.validate()
         return settings
@@ -152,5 +156,7 @@ def _number(
         raise SettingsError(f"{name} must be {what}: {raw!r}") from None
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in TRUE_WORDS
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """A yes/no variable: one of `TRUE_WORDS` is yes, anything else set is no."""
+    raw = env.get(name, "").strip().lower()
+    return raw in TRUE_WORDS if raw else default

@@ -14,8 +14,12 @@ A preset trades quality for time or memory on the models of one character:
   VAE tiling and slicing, shared prefill: for an 8 GB card.
 
 First Block Cache is the cache hook chosen among diffusers 0.42's: it needs only the pipeline's
-`cache_context("cond_uncond")` and treats the CFG batch of 2 as one input, whereas FasterCache
-and Pyramid Attention Broadcast need a `current_timestep` callback the pipeline does not have.
+`cache_context("cond_uncond")` and treats the CFG batch of 2 as one input. FasterCache and
+Pyramid Attention Broadcast work too (their `current_timestep_callback` reads the pipeline's
+`current_timestep`), but are not part of a preset.
+
+The shared prefill is the engine's to pass to `GameStateModel.predict` (`TurnEngine`'s
+`shared_prefill`); `apply_preset` sets only what lives on the decoder.
 `ANIMEGAMER_COMPILE=1` adds regional `torch.compile` of the transformer blocks to any preset.
 """
 
@@ -62,7 +66,7 @@ class SpeedPreset:
     @property
     def changes_models(self) -> bool:
         """Whether `apply_preset` has anything to set on freshly loaded models."""
-        return self.first_block_cache is not None or self.shared_prefill or self.vae_tiling
+        return self.first_block_cache is not None or self.vae_tiling
 
     def low_vram(self, configured: str) -> str:
         """`ANIMEGAMER_LOW_VRAM` under this preset: an offloading preset turns it on; a
@@ -104,17 +108,14 @@ def get_preset(name: str) -> SpeedPreset:
 
 
 def apply_preset(
-    preset: SpeedPreset,
-    game_state: GameStateModel,
-    decoder: AnimeGamerPipeline,
-    compile_blocks: bool = False,
+    preset: SpeedPreset, decoder: AnimeGamerPipeline, compile_blocks: bool = False
 ) -> None:
-    """Set a preset's switches on loaded models (in place; any earlier preset is undone), and
-    compile the transformer blocks if `compile_blocks` (`ANIMEGAMER_COMPILE`).
+    """Set a preset's switches on a loaded decoder (in place; any earlier preset is undone),
+    and compile the transformer blocks if `compile_blocks` (`ANIMEGAMER_COMPILE`).
 
-    Offload is not set here: it is part of the placement the models are loaded with.
+    Offload is not set here: it is part of the placement the models are loaded with; nor is
+    the shared prefill, an argument of each `GameStateModel.predict`.
     """
-    game_state.shared_prefill = preset.shared_prefill
     transformer = decoder.transformer
     if transformer.is_cache_enabled:
         transformer.disable_cache()

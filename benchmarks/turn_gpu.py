@@ -156,6 +156,7 @@ def play_turn(
     seed: int,
     clips: ClipStore,
     clock: Clock,
+    shared_prefill: bool,
 ) -> tuple[TurnTimes, torch.Tensor, GameStates, np.ndarray]:
     """One turn as `TurnEngine.play` plays it, timed stage by stage."""
     instruction = make_instruction({
@@ -166,12 +167,14 @@ def play_turn(
     calls, remove = record_calls(models.game_state.language_model.model, clock)
     started = clock()
     try:
-        representation, states = models.game_state.predict(history, instruction)
+        representation, states = models.game_state.predict(
+            history, instruction, shared_prefill=shared_prefill
+        )
     finally:
         remove()
     predicted = clock()
     # the pass that yields the representation: the second with a shared prefill, else the first
-    representation_call = 1 if models.game_state.shared_prefill and _release_path(models) else 0
+    representation_call = 1 if shared_prefill and _release_path(models) else 0
     times.prompt = calls[0][0] - started
     if representation_call:
         times.prefill = calls[0][1] - calls[0][0]
@@ -227,7 +230,7 @@ def run_preset(
         models.game_state.enable_model_cpu_offload(device)
         models.decoder.enable_model_cpu_offload(device=device)
         torch.cuda.empty_cache()
-    apply_preset(preset, models.game_state, models.decoder, compile_blocks=args.compile)
+    apply_preset(preset, models.decoder, compile_blocks=args.compile)
     steps = preset.steps(args.steps)
     clock = Clock(device)
     if device.type == "cuda":
@@ -237,7 +240,8 @@ def run_preset(
     first_clip = np.zeros(0)
     for index in range(args.warmup + args.turns):
         times, representation, states, frames = play_turn(
-            models, history, index, steps, args.guidance, args.seed + index, clips, clock
+            models, history, index, steps, args.guidance, args.seed + index, clips, clock,
+            preset.shared_prefill,
         )
         if index >= args.warmup:
             turns.append(times)

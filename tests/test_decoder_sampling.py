@@ -106,10 +106,12 @@ def test_whole_loop_reproduces_the_final_latent(trajectory, scheduler, monkeypat
         assert _relative(latents, trajectory["net_in"][i, :1]) <= FINAL_TOLERANCE
         return trajectory["net_out"][i]
 
-    def step_end(i: int, timestep: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+    def step_end(i: int, timestep: torch.Tensor, latents: torch.Tensor, x0: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
         assert latents.dtype == torch.float32
+        assert _relative(x0, trajectory["step_denoised"][i]) <= FINAL_TOLERANCE
         seen.append(i)
-        return latents
+        return latents, x0
 
     final = sample_latents(
         scheduler,

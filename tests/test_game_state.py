@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from accelerate.hooks import CpuOffload
 from safetensors.torch import load_file
 from transformers import LogitsProcessorList, MistralForCausalLM, PreTrainedModel
 
@@ -134,13 +133,13 @@ def _representation(seed: int, width: int = 64) -> torch.Tensor:
 def test_tiny_model_properties(tiny_model) -> None:
     assert isinstance(tiny_model, PreTrainedModel)
     assert isinstance(tiny_model.language_model, MistralForCausalLM)
-    assert tiny_model.llm is tiny_model.language_model
+    assert not hasattr(tiny_model, "llm")
     assert tiny_model.representation_dim == 64 == tiny_model.config.representation_dim
     assert tiny_model.config.representation_source == "last_226"
     assert tiny_model.config.text_config is tiny_model.language_model.config
     assert tiny_model.dtype == torch.float32 and tiny_model.device.type == "cpu"
-    assert tiny_model.llm.config._attn_implementation == "sdpa"
-    assert tiny_model.llm.config.vocab_size == 32284
+    assert tiny_model.language_model.config._attn_implementation == "sdpa"
+    assert tiny_model.language_model.config.vocab_size == 32284
     assert {name for name, _ in tiny_model.named_children()} == {
         "language_model", "input_resampler", "output_resampler"}
 
@@ -150,9 +149,9 @@ def test_represent_matches_its_definition(tiny_model, tiny_prompt) -> None:
     out = tiny_model.represent(tiny_prompt.input_ids, history)
     assert out.shape == (1, REPRESENTATION_TOKENS, 64) and out.dtype == torch.float32
     with torch.no_grad():
-        embeds = tiny_model.llm.get_input_embeddings()(tiny_prompt.input_ids).clone()
+        embeds = tiny_model.language_model.get_input_embeddings()(tiny_prompt.input_ids).clone()
         embeds[0, tiny_prompt.history_blocks[0]] = tiny_model.input_resampler(history[0])
-        hidden = tiny_model.llm.model(
+        hidden = tiny_model.language_model.model(
             inputs_embeds=embeds, attention_mask=attention_mask_4d(tiny_prompt)
         ).last_hidden_state
         expected = tiny_model.output_resampler(hidden[:, -REPRESENTATION_TOKENS:])
@@ -165,14 +164,14 @@ def test_represent_depends_on_history_and_mask(tiny_model, tiny_prompt) -> None:
     assert not torch.allclose(a, b)
     with torch.no_grad():
         _, embeds = tiny_model.embed_prompt(tiny_prompt.input_ids, [_representation(0)])
-        causal = tiny_model.llm.model(inputs_embeds=embeds).last_hidden_state
+        causal = tiny_model.language_model.model(inputs_embeds=embeds).last_hidden_state
     assert not torch.allclose(tiny_model.output_resampler(causal[:, -REPRESENTATION_TOKENS:]), a)
 
 
 def test_to_moves_every_part(tmp_path) -> None:
     model = GameStateModel.from_pretrained(save_tiny_game_state(tmp_path))
     assert model.to("meta") is model and model.device.type == "meta"
-    modules = (model.llm, model.input_resampler, model.output_resampler)
+    modules = (model.language_model, model.input_resampler, model.output_resampler)
     assert all(p.device.type == "meta" for m in modules for p in m.parameters())
 
 
@@ -197,7 +196,7 @@ def test_generation_injects_history(tiny_model, tiny_prompt) -> None:
     history = [_representation(5)]
     with torch.no_grad():
         _, embeds = tiny_model.embed_prompt(tiny_prompt.input_ids, history)
-        logits = tiny_model.llm(inputs_embeds=embeds).logits[:, -1]
+        logits = tiny_model.language_model(inputs_embeds=embeds).logits[:, -1]
     expected = LogitsProcessorList([FrameTokenRule()])(tiny_prompt.input_ids, logits).argmax(-1)
     generated = tiny_model.generate_state_ids(tiny_prompt.input_ids, history, max_new_tokens=1)
     assert generated.tolist() == expected.tolist()
@@ -408,38 +407,42 @@ def test_gradient_checkpointing_backward_through_the_language_model(tiny_prompt)
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
 
 
-def test_low_vram_offload_is_accelerates_hook_around_predict(monkeypatch) -> None:
+def test_low_vram_mode_holds_the_weights_on_the_device_only_during_predict(monkeypatch) -> None:
     model = tiny_game_state_model()
     model.enable_model_cpu_offload("cpu")
-    assert isinstance(model._hf_hook, CpuOffload)
-    assert str(model._hf_hook.execution_device) == "cpu"
     same = [torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(
         model.predict([], "x"), tiny_game_state_model().predict([], "x"), strict=True)]
     assert same == [True, True]
+    # an execution device told from the CPU, whose moves are recorded but not made
+    model._offload_device = torch.device("meta")
     events: list[str] = []
-    pre_forward = model._hf_hook.pre_forward
-
-    def moved(module, *args, **kwargs):
-        events.append("to the device")
-        return pre_forward(module, *args, **kwargs)
-
+    to = model.to
     generate = model.language_model.generate
+
+    def moved(device, *args, **kwargs):
+        events.append(f"to {torch.device(device).type}")
+        return model if torch.device(device).type == "meta" else to(device, *args, **kwargs)
 
     def generated(*args, **kwargs):
         events.append("generate")
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(model._hf_hook, "pre_forward", moved)
+    monkeypatch.setattr(model, "to", moved)
     monkeypatch.setattr(model.language_model, "generate", generated)
-    monkeypatch.setattr(model._offload_hook, "offload", lambda: events.append("to the CPU"))
     model.predict([], "x")
-    assert events == ["to the device", "generate", "to the CPU"]
+    assert events == ["to meta", "generate", "to cpu"]
 
     events.clear()
     monkeypatch.setattr(model, "predict_states", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         model.predict([], "x")
-    assert events == ["to the device", "to the CPU"], "offloaded even when a turn fails"
+    assert events == ["to meta", "to cpu"], "offloaded even when a turn fails"
+
+
+def test_without_low_vram_mode_predict_moves_nothing(monkeypatch) -> None:
+    model = tiny_game_state_model()
+    monkeypatch.setattr(model, "to", lambda *a, **k: pytest.fail("moved"))
+    model.predict([], "x")
 
 
 # ---- reference: the release's MLLM on seeded tiny weights ----
@@ -483,7 +486,7 @@ def test_reference_prefill_logits(reference_model, reference_io, case) -> None:
     ids, history = _history(reference_io, case)
     with torch.no_grad():
         _, embeds = reference_model.embed_prompt(ids, history)
-        logits = reference_model.llm(inputs_embeds=embeds).logits[:, -1]
+        logits = reference_model.language_model(inputs_embeds=embeds).logits[:, -1]
     key = ("gen_alt_prefill_last_logits_if_inputs_embeds_used" if history
            else "gen_prefill_last_logits")
     assert (logits - reference_io[f"{case}/{key}"]).abs().max() <= TOLERANCE

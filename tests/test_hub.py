@@ -152,7 +152,7 @@ def assert_no_cache_entry(cache_dir: Path) -> None:
 
 
 def test_resolution_converts_once_into_a_loadable_character(hub_cache, qiqi, calls, tmp_path):
-    from animegamer.models.decoder import AnimeGamerDecoder
+    from animegamer.models.decoder import AnimeGamerPipeline
     from animegamer.models.game_state import GameStateModel
 
     cache_dir = tmp_path / "animegamer"
@@ -169,7 +169,7 @@ def test_resolution_converts_once_into_a_loadable_character(hub_cache, qiqi, cal
 
     model = GameStateModel.from_pretrained(path)
     assert model.representation_dim == 64
-    decoder = AnimeGamerDecoder.from_pretrained(path, device="cpu", dtype=torch.float32)
+    decoder = AnimeGamerPipeline.from_pretrained(path, device="cpu", dtype=torch.float32)
     assert decoder is not None
 
     again = hub.resolve_character(qiqi, cache_dir)

@@ -15,7 +15,6 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -86,8 +85,8 @@ def render(pipeline, representation, steps=STEPS):
 
 
 @pytest.fixture(scope="module")
-def baseline(decoder, game_state, representation):
-    apply_preset(PRESETS["quality"], game_state, decoder)
+def baseline(decoder, representation):
+    apply_preset(PRESETS["quality"], decoder)
     return render(decoder, representation)
 
 
@@ -126,14 +125,11 @@ def test_predict_computes_the_prefix_once(game_state):
         with_kwargs=True,
     )
     try:
-        game_state.shared_prefill = False
         expected, expected_states = game_state.predict(past, "Qiqi happily fly")
         two_pass = sum(lengths)
         lengths.clear()
-        game_state.shared_prefill = True
-        shared, states = game_state.predict(past, "Qiqi happily fly")
+        shared, states = game_state.predict(past, "Qiqi happily fly", shared_prefill=True)
     finally:
-        game_state.shared_prefill = False
         hook.remove()
     torch.testing.assert_close(shared, expected, atol=1e-5, rtol=0)
     assert states == expected_states
@@ -143,19 +139,23 @@ def test_predict_computes_the_prefix_once(game_state):
     assert sum(lengths) == two_pass - prefix
 
 
-def test_shared_prefill_moves_offloaded_weights_first(game_state, monkeypatch):
-    """Low-VRAM mode: the shared path calls the language model directly, not `forward`, so it
-    must run the offload hook itself before, and `predict` offloads after."""
+def test_shared_prefill_runs_with_the_weights_on_the_device(game_state, monkeypatch):
+    """Low-VRAM mode: the shared path calls the language model directly, not `forward`; the
+    weights go to the device before its first call and back after its last."""
     events: list[str] = []
-    hook = SimpleNamespace(hook=SimpleNamespace(pre_forward=lambda model: events.append("on")),
-                           offload=lambda: events.append("off"))
-    monkeypatch.setattr(game_state, "_offload_hook", hook)
-    monkeypatch.setattr(game_state, "shared_prefill", True)
+    to = game_state.to
+
+    def moved(device, *args, **kwargs):
+        events.append(f"to {torch.device(device).type}")
+        return game_state if torch.device(device).type == "meta" else to(device, *args, **kwargs)
+
+    monkeypatch.setattr(game_state, "_offload_device", torch.device("meta"))
+    monkeypatch.setattr(game_state, "to", moved)
     monkeypatch.setattr(game_state.language_model.model, "forward", _recording(
         game_state.language_model.model.forward, events))
-    game_state.predict([], "Qiqi happily fly")
-    assert events[0] == "on" and events[-1] == "off"
-    assert events.count("on") == 1 and events.count("call") >= 3
+    game_state.predict([], "Qiqi happily fly", shared_prefill=True)
+    assert events[0] == "to meta" and events[-1] == "to cpu"
+    assert events.count("to meta") == 1 and events.count("call") >= 3
 
 
 def _recording(forward, events: list[str]):
@@ -185,10 +185,10 @@ def test_settings_read_the_preset_and_compile():
         Settings.from_env({"ANIMEGAMER_PRESET": "turbo"})
 
 
-def test_fast_preset_stays_within_tolerance(decoder, game_state, representation, baseline):
+def test_fast_preset_stays_within_tolerance(decoder, representation, baseline):
     try:
-        apply_preset(PRESETS["fast"], game_state, decoder)
-        assert decoder.transformer.is_cache_enabled and game_state.shared_prefill
+        apply_preset(PRESETS["fast"], decoder)
+        assert decoder.transformer.is_cache_enabled
         torch.testing.assert_close(render(decoder, representation), baseline, atol=1e-6, rtol=0)
         decoder.transformer.disable_cache()
         decoder.transformer.enable_cache(FirstBlockCacheConfig(threshold=0.5))
@@ -201,15 +201,15 @@ def test_fast_preset_stays_within_tolerance(decoder, game_state, representation,
         finally:
             hook.remove()
     finally:
-        apply_preset(PRESETS["quality"], game_state, decoder)
-    assert not decoder.transformer.is_cache_enabled and not game_state.shared_prefill
+        apply_preset(PRESETS["quality"], decoder)
+    assert not decoder.transformer.is_cache_enabled
     assert 0 < len(computed) < STEPS  # some steps reused the cached residual
     assert (cached - baseline).abs().mean() <= 0.01
 
 
-def test_low_vram_preset_tiles_the_vae(decoder, game_state, representation, baseline):
+def test_low_vram_preset_tiles_the_vae(decoder, representation, baseline):
     try:
-        apply_preset(PRESETS["low-vram"], game_state, decoder)
+        apply_preset(PRESETS["low-vram"], decoder)
         vae = decoder.vae
         assert vae.use_tiling and vae.use_slicing
         for tile, factor in ((vae.tile_latent_min_height, vae.tile_overlap_factor_height),
@@ -217,7 +217,7 @@ def test_low_vram_preset_tiles_the_vae(decoder, game_state, representation, base
             assert tile * factor == pytest.approx(round(tile * factor))  # whole latent rows
         tiled = render(decoder, representation)
     finally:
-        apply_preset(PRESETS["quality"], game_state, decoder)
+        apply_preset(PRESETS["quality"], decoder)
     assert not decoder.vae.use_tiling
     assert tiled.shape == baseline.shape
     assert (tiled - baseline).abs().mean() <= 0.05
@@ -255,7 +255,7 @@ def test_real_engine_applies_the_preset(tmp_path):
     engine = create_engine(settings, lambda name: directory, ["Qiqi"])
     models = engine.models_for("Qiqi")
     assert engine.kind == "real" and engine.num_inference_steps == FAST_STEPS
-    assert models.game_state.shared_prefill
+    assert engine.shared_prefill
     assert models.decoder.transformer.is_cache_enabled
 
 

@@ -65,8 +65,11 @@ PredictFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """predict(latents [B, T, C, H, W] fp32, timestep 0-d) → network output [2B, T, C, H, W] for
 the [uncond, cond] batch."""
 
-StepEndFn = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
-"""step_end(i, timestep, latents) after denoising step i (0-based) → the latents to go on with."""
+StepEndFn = Callable[
+    [int, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+]
+"""step_end(i, timestep, latents, x0) after denoising step i (0-based), x0 being the step's
+clean-latent estimate → the (latents, x0) to go on with."""
 
 
 class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
@@ -281,26 +284,32 @@ def sample_latents(
     predict: PredictFn,
     latents: torch.Tensor,
     num_inference_steps: int = DEFAULT_STEPS,
-    guidance_scale: float = DEFAULT_GUIDANCE,
+    guidance_scale: float | Callable[[], float] = DEFAULT_GUIDANCE,
     generator: torch.Generator | list[torch.Generator] | None = None,
     step_end: StepEndFn | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
     """Denoise `latents` (the initial noise, [B, T, C, H, W]) in fp32 between steps.
 
-    `predict` runs the network (or replays recorded outputs); `step_end` is called after every
-    step and returns the latents to continue from. Step counts that divide 1000 (50, 25, 10, 8,
-    ...) keep the scheduler's "previous timestep" on the trailing grid; others work but are
-    slightly off it (a limit of the stock scheduler).
+    `predict` runs the network (or replays recorded outputs). `guidance_scale` is `g` of
+    `dynamic_guidance_scale`, or a function read before every step (so a callback can change
+    it). `step_end` is called after every step and returns the latents and x0 to continue
+    from; the loop stops early once `interrupted()` is true. Step counts that divide 1000
+    (50, 25, 10, 8, ...) keep the scheduler's "previous timestep" on the trailing grid; others
+    work but are slightly off it (a limit of the stock scheduler).
     """
     scheduler.set_timesteps(num_inference_steps, device=latents.device)
     latents = latents.float()
     x0 = None
     for i, t in enumerate(scheduler.timesteps):
-        scale = dynamic_guidance_scale(int(t), num_inference_steps, guidance_scale)
+        if interrupted is not None and interrupted():
+            break
+        g = guidance_scale() if callable(guidance_scale) else guidance_scale
+        scale = dynamic_guidance_scale(int(t), num_inference_steps, g)
         noise_pred = guided_prediction(predict(latents, t), scale)
         latents, x0 = denoising_step(scheduler, noise_pred, i, latents, x0, generator)
         if step_end is not None:
-            latents = step_end(i, t, latents)
+            latents, x0 = step_end(i, t, latents, x0)
     return latents
 
 
@@ -346,7 +355,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
         "shot_encoder", "image_encoder", "text_encoder", "tokenizer"
     ]
     model_cpu_offload_seq = "text_encoder->image_encoder->shot_encoder->transformer->vae"  # type: ignore[assignment]
-    _callback_tensor_inputs: ClassVar[list[str]] = ["latents"]
+    _callback_tensor_inputs: ClassVar[list[str]] = ["latents", "pred_original_sample"]
 
     def __init__(
         self,
@@ -368,8 +377,14 @@ class AnimeGamerPipeline(DiffusionPipeline):
             text_encoder=text_encoder,
             tokenizer=tokenizer,
         )
+        # The state of the latest (or running) call, read by callbacks and cache hooks, as in
+        # diffusers' pipelines. Calls that overlap share it: the engine passes them all the
+        # same guidance.
         self._num_timesteps = 0
         self._guidance_scale = DEFAULT_GUIDANCE
+        self._attention_kwargs: dict[str, Any] | None = None
+        self._current_timestep: torch.Tensor | None = None
+        self._interrupt = False
 
     @property
     def num_timesteps(self) -> int:
@@ -378,8 +393,26 @@ class AnimeGamerPipeline(DiffusionPipeline):
 
     @property
     def guidance_scale(self) -> float:
-        """Guidance weight of the latest call."""
+        """Guidance weight `g` of the running (or latest) call, read before every step: a
+        `callback_on_step_end` that sets `pipeline._guidance_scale` changes the next steps."""
         return self._guidance_scale
+
+    @property
+    def attention_kwargs(self) -> dict[str, Any] | None:
+        """`attention_kwargs` of the running call, passed to the transformer."""
+        return self._attention_kwargs
+
+    @property
+    def current_timestep(self) -> torch.Tensor | None:
+        """The timestep being denoised (None between calls): what cache hooks such as
+        Pyramid Attention Broadcast and FasterCache read (`current_timestep_callback`)."""
+        return self._current_timestep
+
+    @property
+    def interrupt(self) -> bool:
+        """Set `pipeline._interrupt = True` (e.g. from a callback) to stop denoising after the
+        current step; the call then decodes the latents it has."""
+        return self._interrupt
 
     @property
     def representation_dim(self) -> int:
@@ -426,39 +459,51 @@ class AnimeGamerPipeline(DiffusionPipeline):
         device = self.shot_encoder.device
         return self.shot_encoder.project(text.to(device), image.to(device))
 
+    def as_batch(self, representation: object) -> torch.Tensor:
+        """The representations as one [B, 226, D] tensor: a tensor as it is, a list of
+        [226, D] or [b, 226, D] tensors (e.g. from several calls of the game-state model)
+        stacked along the batch, as diffusers' embedding pipelines take lists."""
+        if isinstance(representation, torch.Tensor):
+            return representation
+        if isinstance(representation, Sequence) and representation and all(
+            isinstance(item, torch.Tensor) and item.ndim in (2, 3) for item in representation
+        ):
+            return torch.cat([item.reshape(-1, *item.shape[-2:]) for item in representation])
+        got = type(representation).__name__
+        raise ValueError(f"representation must be a tensor or a list of tensors, got {got}")
+
     def check_inputs(
         self,
-        representation: object,
+        representation: torch.Tensor,
         motion_level: int | Sequence[int],
         num_inference_steps: int,
         guidance_scale: float,
+        num_videos_per_prompt: int,
         generator: torch.Generator | list[torch.Generator] | None,
         latents: torch.Tensor | None,
         output_type: str,
         callback_on_step_end_tensor_inputs: Sequence[str],
     ) -> list[float]:
-        """Raise ValueError on any bad argument, before any work; returns the motion scopes."""
+        """Raise ValueError on any bad argument, before any work; returns the motion scope of
+        every representation (before `num_videos_per_prompt`)."""
         expected = (REPRESENTATION_TOKENS, self.representation_dim)
-        if not isinstance(representation, torch.Tensor) or (
-            representation.ndim != 3
-            or representation.shape[0] < 1
-            or tuple(representation.shape[1:]) != expected
-        ):
-            got = tuple(getattr(representation, "shape", ())) or type(representation).__name__
-            raise ValueError(f"representation must be [B, {expected[0]}, {expected[1]}], got {got}")
-        batch_size = representation.shape[0]
+        if representation.ndim != 3 or tuple(representation.shape[1:]) != expected:
+            raise ValueError(f"representation must be [B, {expected[0]}, {expected[1]}], "
+                             f"got {tuple(representation.shape)}")
+        prompts = representation.shape[0]
         levels = list(motion_level) if isinstance(motion_level, Sequence) else [motion_level]
         if len(levels) == 1:
-            levels *= batch_size
-        if len(levels) != batch_size:
-            raise ValueError(f"motion_level needs 1 or {batch_size} levels, got {len(levels)}")
+            levels *= prompts
+        if len(levels) != prompts:
+            raise ValueError(f"motion_level needs 1 or {prompts} levels, got {len(levels)}")
         scopes = [self.motion_scope(level) for level in levels]
-        if not _is_int(num_inference_steps):
-            raise ValueError(f"num_inference_steps must be an int, got {num_inference_steps!r}")
-        if num_inference_steps < 1:
-            raise ValueError(f"num_inference_steps must be at least 1, got {num_inference_steps}")
+        for name, count in (("num_inference_steps", num_inference_steps),
+                            ("num_videos_per_prompt", num_videos_per_prompt)):
+            if not _is_int(count) or count < 1:
+                raise ValueError(f"{name} must be an int of at least 1, got {count!r}")
         if not math.isfinite(guidance_scale) or guidance_scale < 0:
             raise ValueError(f"guidance_scale must be a finite number >= 0, got {guidance_scale}")
+        batch_size = prompts * num_videos_per_prompt
         if isinstance(generator, list) and len(generator) != batch_size:
             raise ValueError(f"{len(generator)} generators for a batch of {batch_size}")
         if latents is not None and tuple(latents.shape) != self.latent_shape(batch_size):
@@ -467,8 +512,8 @@ class AnimeGamerPipeline(DiffusionPipeline):
             )
         if output_type not in OUTPUT_TYPES:
             raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
-        allowed = self._callback_tensor_inputs
-        unknown = [k for k in callback_on_step_end_tensor_inputs if k not in allowed]
+        unknown = [k for k in callback_on_step_end_tensor_inputs
+                   if k not in self._callback_tensor_inputs]
         if unknown:
             raise ValueError(
                 f"callback_on_step_end_tensor_inputs must be in {self._callback_tensor_inputs}, "
@@ -498,6 +543,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
         self, representation: torch.Tensor, scopes: Sequence[float], device: torch.device
     ) -> PredictFn:
         """The transformer on the [uncond, cond] batch; each shot's scope goes to both its rows.
+        It records the timestep it runs at (`current_timestep`).
 
         Under frame-correlated noise it takes and gives the sampler's whitened latents."""
         transformer = self.transformer
@@ -507,6 +553,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
         ofs = torch.tensor([*scopes, *scopes], device=device, dtype=torch.float32)
 
         def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
+            self._current_timestep = timestep
             hidden_states = torch.cat([latents, latents]).to(transformer.dtype)
             with transformer.cache_context("cond_uncond"):
                 return transformer(
@@ -514,6 +561,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
                     encoder_hidden_states=context,
                     timestep=timestep.reshape(1).expand(hidden_states.shape[0]).to(device),
                     ofs=ofs,
+                    attention_kwargs=self._attention_kwargs,
                     return_dict=False,
                 )[0]
 
@@ -539,86 +587,125 @@ class AnimeGamerPipeline(DiffusionPipeline):
             return video.permute(0, 2, 1, 3, 4)
         return (255.0 * video).to(torch.uint8).permute(0, 2, 3, 4, 1).cpu().numpy()
 
-    @torch.no_grad()
-    def __call__(
+    def denoise(
         self,
-        representation: torch.Tensor,
-        motion_level: int | Sequence[int],
-        num_inference_steps: int = DEFAULT_STEPS,
-        guidance_scale: float = DEFAULT_GUIDANCE,
-        generator: torch.Generator | list[torch.Generator] | None = None,
-        latents: torch.Tensor | None = None,
-        output_type: str = "np",
-        return_dict: bool = True,
-        callback_on_step_end: StepEndCallback | None = None,
-        callback_on_step_end_tensor_inputs: Sequence[str] = ("latents",),
-    ) -> AnimeGamerPipelineOutput | tuple[np.ndarray | torch.Tensor]:
-        """Render the shots of `representation`.
-
-        Args:
-            representation: [B, 226, D] from the game-state model (D: `representation_dim`).
-            motion_level: the motion level 1..5 of every shot, or one per shot; mapped to the
-                motion scope by the transformer's table.
-            num_inference_steps: denoising steps (the release: 50).
-            guidance_scale: `g` of the dynamic classifier-free guidance
-                `1 + g·(1 − cos(π·((N − t)/N)⁵))/2` at timestep t of N steps (the release: 6).
-            generator: the noise's torch generator (or one per shot); the initial noise is drawn
-                on its device, fp32, and the scheduler's noise comes from it too.
-            latents: initial noise [B, T, C, H, W] to use instead of drawing it. A transformer
-                trained on frame-correlated noise (`noise_correlation` > 0) is sampled in the
-                whitened space of `FrameCorrelatedNoise`, so these, and the latents that
-                `callback_on_step_end` sees, are that space's independent noise.
-            output_type: `"np"` (uint8 frames), `"pt"` (float frames) or `"latent"`; see
-                `AnimeGamerPipelineOutput`.
-            return_dict: return an `AnimeGamerPipelineOutput` rather than a 1-tuple.
-            callback_on_step_end: called after every denoising step as
-                `callback_on_step_end(self, i, t, callback_kwargs)` with the tensors named in
-                `callback_on_step_end_tensor_inputs`; may return replacements for them.
-            callback_on_step_end_tensor_inputs: tensors passed to the callback (`"latents"`).
-
-        Returns:
-            `AnimeGamerPipelineOutput` with `frames`, or `(frames,)` if `return_dict` is False.
-        """
-        if isinstance(callback_on_step_end, PipelineCallback | MultiPipelineCallbacks):
-            callback_on_step_end_tensor_inputs = callback_on_step_end.tensor_inputs
-        scopes = self.check_inputs(
-            representation,
-            motion_level,
-            num_inference_steps,
-            guidance_scale,
-            generator,
-            latents,
-            output_type,
-            callback_on_step_end_tensor_inputs,
-        )
-        self._num_timesteps = num_inference_steps
-        self._guidance_scale = guidance_scale
-        device = self._execution_device
-        latents = self.prepare_latents(representation.shape[0], device, generator, latents)
-        predict = self.predict_fn(representation.to(device), scopes, device)
+        latents: torch.Tensor,
+        predict: PredictFn,
+        num_inference_steps: int,
+        generator: torch.Generator | list[torch.Generator] | None,
+        callback_on_step_end: StepEndCallback | None,
+        callback_on_step_end_tensor_inputs: Sequence[str],
+    ) -> torch.Tensor:
+        """`sample_latents` with this call's state: guidance read from `_guidance_scale`,
+        stopped by `_interrupt`, the callback given the tensors it asks for after every
+        step, and a progress bar."""
         # a scheduler of this call's own: `set_timesteps` mutates it, and turns may overlap
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
-
         with self.progress_bar(total=num_inference_steps) as progress_bar:
 
-            def step_end(i: int, t: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+            def step_end(
+                i: int, t: torch.Tensor, latents: torch.Tensor, x0: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
                 if callback_on_step_end is not None:
-                    tensors = {"latents": latents}
+                    tensors = {"latents": latents, "pred_original_sample": x0}
                     callback_kwargs = {k: tensors[k] for k in callback_on_step_end_tensor_inputs}
                     outputs = callback_on_step_end(self, i, t, callback_kwargs) or {}
                     latents = outputs.pop("latents", latents)
+                    x0 = outputs.pop("pred_original_sample", x0)
                 progress_bar.update()
-                return latents
+                return latents, x0
 
             latents = sample_latents(
                 scheduler,
                 predict,
                 latents,
                 num_inference_steps=num_inference_steps,
-                guidance_scale=guidance_scale,
+                guidance_scale=lambda: self._guidance_scale,
                 generator=generator,
                 step_end=step_end,
+                interrupted=lambda: self._interrupt,
             )
+        self._current_timestep = None
+        return latents
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        representation: torch.Tensor | Sequence[torch.Tensor],
+        motion_level: int | Sequence[int],
+        num_inference_steps: int = DEFAULT_STEPS,
+        guidance_scale: float = DEFAULT_GUIDANCE,
+        num_videos_per_prompt: int = 1,
+        generator: torch.Generator | list[torch.Generator] | None = None,
+        latents: torch.Tensor | None = None,
+        output_type: str = "np",
+        return_dict: bool = True,
+        attention_kwargs: dict[str, Any] | None = None,
+        callback_on_step_end: StepEndCallback | None = None,
+        callback_on_step_end_tensor_inputs: Sequence[str] = ("latents",),
+    ) -> AnimeGamerPipelineOutput | tuple[np.ndarray | torch.Tensor]:
+        """Render the shots of `representation`.
+
+        Args:
+            representation: [B, 226, D] from the game-state model (D: `representation_dim`),
+                or a list of [226, D] / [b, 226, D] tensors, rendered as one batch.
+            motion_level: the motion level 1..5 of every shot, or one per representation;
+                mapped to the motion scope by the transformer's table.
+            num_inference_steps: denoising steps (the release: 50).
+            guidance_scale: `g` of the dynamic classifier-free guidance
+                `1 + g·(1 − cos(π·((N − t)/N)⁵))/2` at timestep t of N steps (the release: 6).
+                It is read from `pipeline.guidance_scale` before every step, so a callback
+                that sets `pipeline._guidance_scale` changes the steps after it.
+            num_videos_per_prompt: shots rendered from each representation (each its noise).
+            generator: the noise's torch generator (or one per shot: B·num_videos_per_prompt);
+                the initial noise is drawn on its device, fp32, and the scheduler's noise
+                comes from it too.
+            latents: initial noise [B·num_videos_per_prompt, T, C, H, W] to use instead of
+                drawing it. A transformer trained on frame-correlated noise
+                (`noise_correlation` > 0) is sampled in the whitened space of
+                `FrameCorrelatedNoise`, so these, and the latents and `pred_original_sample`
+                that `callback_on_step_end` sees, are in that space (`noise_prior.color` maps
+                them back).
+            output_type: `"np"` (uint8 frames), `"pt"` (float frames) or `"latent"`; see
+                `AnimeGamerPipelineOutput`.
+            return_dict: return an `AnimeGamerPipelineOutput` rather than a 1-tuple.
+            attention_kwargs: passed to the transformer's attention processors (e.g. a LoRA
+                `scale`).
+            callback_on_step_end: called after every denoising step as
+                `callback_on_step_end(self, i, t, callback_kwargs)` with the tensors named in
+                `callback_on_step_end_tensor_inputs`; may return replacements for them. It may
+                also set `self._guidance_scale`, or `self._interrupt = True` to stop after
+                this step (the call then decodes the latents it has).
+            callback_on_step_end_tensor_inputs: tensors passed to the callback: `"latents"`
+                and `"pred_original_sample"` (the step's clean-latent estimate x0, from which
+                `animegamer.models.latent_preview` draws live previews).
+
+        The transformer runs the [uncond, cond] batch with the motion scope as `ofs`, one per
+        row: FasterCache, which skips the unconditional half on some steps, must split `ofs`
+        too (add it to its `_unconditional_conditional_input_kwargs_identifiers`).
+
+        Returns:
+            `AnimeGamerPipelineOutput` with `frames`, or `(frames,)` if `return_dict` is False.
+        """
+        if isinstance(callback_on_step_end, PipelineCallback | MultiPipelineCallbacks):
+            callback_on_step_end_tensor_inputs = callback_on_step_end.tensor_inputs
+        representation = self.as_batch(representation)
+        scopes = self.check_inputs(
+            representation, motion_level, num_inference_steps, guidance_scale,
+            num_videos_per_prompt, generator, latents, output_type,
+            callback_on_step_end_tensor_inputs,
+        )
+        self._num_timesteps = num_inference_steps
+        self._guidance_scale = guidance_scale
+        self._attention_kwargs = attention_kwargs
+        self._interrupt = False
+        device = self._execution_device
+        representation = representation.repeat_interleave(num_videos_per_prompt, dim=0)
+        scopes = [scope for scope in scopes for _ in range(num_videos_per_prompt)]
+        latents = self.prepare_latents(len(scopes), device, generator, latents)
+        predict = self.predict_fn(representation.to(device), scopes, device)
+        latents = self.denoise(latents, predict, num_inference_steps, generator,
+                               callback_on_step_end, callback_on_step_end_tensor_inputs)
         latents = self.noise_prior.color(latents)
 
         frames: np.ndarray | torch.Tensor
@@ -639,10 +726,6 @@ StepEndCallback = (
 )
 """`callback_on_step_end` of `AnimeGamerPipeline.__call__`: a function
 `(pipeline, i, t, callback_kwargs) -> replacements`, or a diffusers `PipelineCallback`."""
-
-
-AnimeGamerDecoder = AnimeGamerPipeline
-"""The name this pipeline had before it became a `DiffusionPipeline`."""
 
 _PIPELINE_COMPONENTS: dict[str, type] = {
     "scheduler": CogVideoXDPMScheduler,

@@ -17,12 +17,14 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import torch
+from accelerate.utils.memory import clear_device_cache
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import (
@@ -32,6 +34,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+from transformers.cache_utils import Cache
 from transformers.utils import ModelOutput
 
 from animegamer.game import Instruction
@@ -169,10 +172,8 @@ class GameStateModel(PreTrainedModel):
         self.input_resampler = Resampler(config.representation_dim, hidden)
         self.output_resampler = Resampler(hidden, config.representation_dim)
         self.tokenizer: PreTrainedTokenizerFast | None = None
-        self._offload_hook: Any = None
-        self.shared_prefill = False
-        """Release path (`last_226`): compute the history prefix once for both passes
-        (`represent_and_predict_states`); off by default, as it rounds differently."""
+        self._offload_device: torch.device | None = None
+        """Low-VRAM mode's execution device (`enable_model_cpu_offload`); None: off."""
         self.post_init()
         if language_model is not None:
             self.input_resampler.to(language_model.device, language_model.dtype)
@@ -258,11 +259,6 @@ class GameStateModel(PreTrainedModel):
         self.language_model.set_input_embeddings(value)
 
     @property
-    def llm(self) -> PreTrainedModel:
-        """The language model (the name before it became a submodule)."""
-        return self.language_model
-
-    @property
     def representation_dim(self) -> int:
         return self.config.representation_dim
 
@@ -334,12 +330,20 @@ class GameStateModel(PreTrainedModel):
                            max_new_tokens: int = RELEASE_MAX_NEW_TOKENS) -> torch.Tensor:
         """Greedy continuation of the prompt (ids after `<ML>`), stopping at EOS."""
         prompt, embeds = self.embed_prompt(input_ids, history_representations)
+        return self._generate(prompt, embeds, None, max_new_tokens)
+
+    def _generate(self, prompt: Prompt, embeds: torch.Tensor, cache: Cache | None,
+                  max_new_tokens: int) -> torch.Tensor:
+        """transformers' greedy `generate` under `FrameTokenRule`, from the prompt's embeddings;
+        `cache` holds the KV of a prefix of the prompt already computed (generate runs the
+        rest). Returns the generated ids."""
         # A causal LM's `GenerationMixin.generate`: `PreTrainedModel` does not declare it, and
         # transformers types its `self` with a Protocol that its own models fail under mypy.
         output = self.language_model.generate(  # type: ignore[operator]
             input_ids=prompt.input_ids,
             inputs_embeds=embeds,
             attention_mask=torch.ones_like(prompt.input_ids),
+            past_key_values=cache,
             logits_processor=LogitsProcessorList([FrameTokenRule()]),
             do_sample=False,
             max_new_tokens=max_new_tokens,
@@ -363,12 +367,17 @@ class GameStateModel(PreTrainedModel):
         self,
         history: Iterable[tuple[PlayedTurn, torch.Tensor]],
         instruction: Instruction | str,
+        *,
+        shared_prefill: bool = False,
     ) -> tuple[torch.Tensor, GameStates]:
         """The next turn: its representation [1, 226, D] and its states.
 
         `history`: the window's past turns, oldest first, each with its representation [226, D]
-        (an empty history is the release's window 1). The prompt is built once, here. In
-        low-VRAM mode (`enable_model_cpu_offload`) the weights are on the device only meanwhile.
+        (an empty history is the release's window 1). The prompt is built once, here.
+        `shared_prefill` (release path, `last_226`): compute the history prefix once for both
+        passes (`represent_and_predict_states`); off by default, as it rounds differently.
+        Models trained here (`queries`) always run one pass. In low-VRAM mode
+        (`enable_model_cpu_offload`) the weights are on the device only meanwhile.
         """
         if self.tokenizer is None:
             raise ValueError("this GameStateModel has no tokenizer (set `.tokenizer`)")
@@ -377,23 +386,19 @@ class GameStateModel(PreTrainedModel):
             turns.append(HistoryTurn(_text(turn.instruction), turn.states))
             representations.append(representation)
         prompt = build_prompt(self.tokenizer, turns, _text(instruction))
-        try:
+        with self._weights_on_device():
             if self.config.representation_source == "queries":
                 representation, generated = self.represent_and_generate(
                     prompt.input_ids, representations
                 )
                 return representation, _states_or_zeros(generated)
-            if self.shared_prefill:
+            if shared_prefill:
                 representation, generated = self.represent_and_predict_states(
                     prompt.input_ids, representations
                 )
                 return representation, _states_or_zeros(generated)
-            # `represent` runs `forward` (whose offload hook moves the weights) before generation.
             representation = self.represent(prompt.input_ids, representations)
-            states = self.predict_states(prompt.input_ids, representations)
-        finally:
-            self.offload()
-        return representation, states
+            return representation, self.predict_states(prompt.input_ids, representations)
 
     @torch.no_grad()
     def represent_and_generate(
@@ -406,20 +411,21 @@ class GameStateModel(PreTrainedModel):
         states at the queries are the representation, and its KV cache is where the state tokens
         are decoded from, greedily, each new token attending to everything before it. So the
         prompt is computed once (the release path runs it twice), and the states are read under
-        the attention pattern the model was trained with. The release's weights keep their own
-        path (`represent` + `predict_states`), which the reference vectors pin.
+        the attention pattern the model was trained with. The cache is cut before the prompt's
+        last token, which `generate` then runs: that token is causal under both masks, so its
+        logits are the training pass's. The release's weights keep their own path (`represent`
+        + `predict_states`), which the reference vectors pin.
         """
-        self._onload()
         prompt, embeds = self.embed_prompt(input_ids, history_representations)
         mask = attention_mask_4d(prompt, self.dtype, self.device)
-        decoder = self.language_model.model
-        output = decoder(inputs_embeds=embeds, attention_mask=mask, use_cache=True)
+        output = self.language_model.model(inputs_embeds=embeds, attention_mask=mask,
+                                           use_cache=True)
         hidden = output.last_hidden_state
         representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
-        logits = self.language_model.lm_head(hidden[:, -1])
-        return representation, self._greedy_state_ids(
-            prompt.input_ids, logits, output.past_key_values
-        )
+        cache = output.past_key_values
+        cache.crop(-1)  # drop the last token, which generate runs again
+        generated = self._generate(prompt, embeds, cache, STATE_TOKENS_GENERATED)
+        return representation, generated.tolist()
 
     @torch.no_grad()
     def represent_and_predict_states(
@@ -429,11 +435,10 @@ class GameStateModel(PreTrainedModel):
 
         Everything before the query block (the history and the current instruction) is causal
         in both passes, so its KV cache is computed once: a copy of it continues with the
-        query block under the training mask (the representation), the original continues
-        causally and decodes the state ids greedily (as `generate` does). Equal to the two
-        passes up to rounding; `shared_prefill` turns it on in `predict`.
+        query block under the training mask (the representation), the original goes to
+        `generate`, which continues causally and decodes the state ids greedily. Equal to the
+        two passes up to rounding; `predict(..., shared_prefill=True)` takes this path.
         """
-        self._onload()
         prompt, embeds = self.embed_prompt(input_ids, history_representations)
         start = prompt.query_block.start
         decoder = self.language_model.model
@@ -447,50 +452,31 @@ class GameStateModel(PreTrainedModel):
         representation = self.output_resampler(
             queries[:, positions.start - start:positions.stop - start]
         )
-        causal = decoder(inputs_embeds=embeds[:, start:], past_key_values=prefix, use_cache=True)
-        logits = self.language_model.lm_head(causal.last_hidden_state[:, -1])
-        return representation, self._greedy_state_ids(
-            prompt.input_ids, logits, causal.past_key_values
-        )
-
-    def _greedy_state_ids(self, ids: torch.Tensor, logits: torch.Tensor, cache: Any) -> list[int]:
-        """Greedy state ids under `FrameTokenRule`, from the prompt's last logits and cache."""
-        decoder, rule = self.language_model.model, FrameTokenRule()
-        generated: list[int] = []
-        for _ in range(STATE_TOKENS_GENERATED):
-            scores = rule(cast(torch.LongTensor, ids), cast(torch.FloatTensor, logits.float()))
-            next_id = scores.argmax(-1, keepdim=True)
-            generated.append(int(next_id))
-            if generated[-1] == EOS_ID or len(generated) == STATE_TOKENS_GENERATED:
-                break
-            ids = torch.cat([ids, next_id], dim=1)
-            step = decoder(input_ids=next_id, past_key_values=cache, use_cache=True)
-            cache = step.past_key_values
-            logits = self.language_model.lm_head(step.last_hidden_state[:, -1])
-        return generated
+        generated = self._generate(prompt, embeds, prefix, STATE_TOKENS_GENERATED)
+        return representation, generated.tolist()
 
     # ---- low-VRAM mode ----
 
     def enable_model_cpu_offload(self, device: str | torch.device = "cuda") -> None:
-        """Low-VRAM mode, with accelerate's hook (as a diffusers pipeline's
-        `enable_model_cpu_offload`): the weights stay in CPU memory, the first forward of
-        `predict` moves them to `device`, and `predict` moves them back when it is done."""
-        from accelerate import cpu_offload_with_hook
+        """Low-VRAM mode, as a diffusers pipeline's `enable_model_cpu_offload`: the weights stay
+        in CPU memory and `predict` moves them to `device` for the turn, then back.
 
-        if self._offload_hook is None:
-            _, self._offload_hook = cpu_offload_with_hook(self, execution_device=device)
+        The move is explicit (`Module.to`) rather than accelerate's forward hook: a turn runs
+        the language model's submodules and `generate`, not this model's `forward`, so a hook
+        on it would not fire on every path."""
+        self._offload_device = torch.device(device)
+        self.to("cpu")  # type: ignore[arg-type]
 
-    def _onload(self) -> None:
-        """In low-VRAM mode, move the weights to the device now: paths that call the language
-        model directly bypass `forward`, where the offload hook would do it."""
-        if self._offload_hook is not None:
-            self._offload_hook.hook.pre_forward(self)
-
-    def offload(self) -> None:
-        """In low-VRAM mode, move the weights back to CPU memory now (a no-op otherwise)."""
-        if self._offload_hook is None:
+    @contextmanager
+    def _weights_on_device(self) -> Iterator[None]:
+        """In low-VRAM mode, the weights on the execution device for the block, and back in
+        CPU memory after it, even when it fails (a no-op otherwise)."""
+        if self._offload_device is None:
+            yield
             return
-        from accelerate.utils.memory import clear_device_cache
-
-        self._offload_hook.offload()
-        clear_device_cache()
+        self.to(self._offload_device)  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            self.to("cpu")  # type: ignore[arg-type]
+            clear_device_cache()
