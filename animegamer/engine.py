@@ -36,6 +36,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.hub import log_stage, resolve_character
+from animegamer.instruction import ClosedVocabulary
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
@@ -99,8 +100,13 @@ class TurnEngine:
         output_dir: Path,
         notice: str = "",
         load_on_demand: bool = True,
+        vocabulary: ClosedVocabulary | None = None,
     ) -> None:
         self.kind = kind
+        self.vocabulary = vocabulary
+        """The closed vocabulary of a world whose game-state tokenizer knows a fixed set of
+        words (Nano): instructions with other words are refused before a turn (see
+        `animegamer.instruction`). None where the models read free text (real, preview)."""
         self.placement = placement
         self.num_inference_steps = num_inference_steps
         self.guidance_scale = guidance_scale
@@ -268,13 +274,16 @@ def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEng
     character of the world; `EngineError` when its folder is missing or incomplete."""
     from animegamer.convert.character import check_layout
     from animegamer.convert.errors import ConversionError
+    from animegamer.nano.vocabulary import closed_vocabulary
 
     try:
         check_layout(settings.nano_dir)
     except ConversionError as error:
         raise EngineError(f"the Nano world cannot be played: {error}") from None
     models = load_character_models(settings.nano_dir, CPU_PLACEMENT)
-    return _shared_models_engine(models, "nano", settings.nano_steps, settings, notice)
+    return _shared_models_engine(
+        models, "nano", settings.nano_steps, settings, notice, closed_vocabulary()
+    )
 
 
 def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
@@ -289,7 +298,12 @@ def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
 
 
 def _shared_models_engine(
-    models: CharacterModels, kind: EngineKind, steps: int, settings: Settings, notice: str
+    models: CharacterModels,
+    kind: EngineKind,
+    steps: int,
+    settings: Settings,
+    notice: str,
+    vocabulary: ClosedVocabulary | None = None,
 ) -> TurnEngine:
     engine = TurnEngine(
         lambda character, placement: models,
@@ -299,6 +313,7 @@ def _shared_models_engine(
         guidance_scale=settings.guidance_scale,
         output_dir=settings.output_dir,
         notice=notice,
+        vocabulary=vocabulary,
     )
     engine.representation_dim = models.game_state.representation_dim
     return engine
