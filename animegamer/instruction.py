@@ -296,10 +296,11 @@ def _labelled(text: str) -> dict[str, str] | None:
 
 
 def _leading_name(text: str, context: InstructionContext) -> tuple[str | None, str]:
-    """A short command's leading name (`Qiqi eats a cake`, `Qiqi: run`) and the rest."""
+    """A short command's leading name (`Qiqi eats a cake`, `Qiqi: run`) and the rest (empty
+    for a name alone, which is no motion)."""
     first, _, rest = text.strip().partition(" ")
     word = first.rstrip(":,")
-    if rest.strip() and context.names_someone(word):
+    if context.names_someone(word):
         return word, rest
     return None, text
 

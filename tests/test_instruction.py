@@ -117,6 +117,8 @@ def test_the_name_leading_a_sentence_is_the_character_never_the_motion(qiqi):
     played = read_instruction("Qiqi eats a big cake at the beach", qiqi)
     assert played.character == "Qiqi" and played.motion == "eat a big cake at the beach"
     assert "Qiqi" not in played.motion
+    with pytest.raises(InstructionError, match="Motion is empty"):
+        read_instruction("Qiqi", qiqi)
     # a name that is not the first word is text like any other
     assert read_instruction("wave to Qiqi", qiqi).motion == "wave to Qiqi"
 

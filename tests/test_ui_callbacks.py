@@ -454,6 +454,7 @@ class FailingEngine:
     kind = "real"
     notice = ""
     num_inference_steps = 50
+    vocabulary = None
 
     def __init__(self, error: BaseException, output_dir: Path) -> None:
         self.error = error
