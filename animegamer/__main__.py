@@ -1,6 +1,6 @@
 """Command line: `python -m animegamer {play,convert} ...`.
 
-    play     --character Qiqi "Character: Qiqi; Motion: ...; Background: ..." ... --out DIR
+    play     --character Qiqi "quickly run, day town" "Character: Qiqi; Motion: ...; ..." --out DIR
     convert  the converters (`python -m animegamer convert --help`)
 """
 
@@ -13,11 +13,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from animegamer.characters import RegistryError, load_registry
+from animegamer.characters import Registry, RegistryError, load_registry
 from animegamer.convert.errors import ConversionError
 from animegamer.engine import EngineError, create_registry_engine
-from animegamer.game import InstructionError, Turn, new_session, parse_instruction_text
+from animegamer.game import Instruction, InstructionError, Turn, new_session
 from animegamer.hub import HubError
+from animegamer.instruction import ClosedVocabulary, game_context, read_instruction
 from animegamer.savefile import save_game
 from animegamer.settings import ENGINE_KINDS, Settings, SettingsError
 
@@ -28,7 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m animegamer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     play = commands.add_parser("play", help="play instructions as turns and write the clips")
-    play.add_argument("instructions", nargs="+", help="'Character: …; Motion: …; Background: …'")
+    play.add_argument(
+        "instructions", nargs="+",
+        help="as the game's command line reads them: 'quickly run, day town' or "
+        "'Character: …; Motion: …; Background: …'",
+    )
     play.add_argument("--character", default=None, help="registry character (default: the first)")
     play.add_argument("--out", type=Path, required=True, help="folder for the clips")
     play.add_argument("--save", type=Path, help="also write the saved game to this file")
@@ -51,6 +56,22 @@ def describe(turn: Turn) -> str:
     )
 
 
+def read_all(
+    texts: Sequence[str], registry: Registry, character: str, vocabulary: ClosedVocabulary | None
+) -> list[Instruction]:
+    """Every instruction, read as the game's command line reads them (each fills its gaps from
+    the one before), before any turn is played: one refused text plays none."""
+    instructions: list[Instruction] = []
+    for number, text in enumerate(texts, start=1):
+        last = instructions[-1] if instructions else None
+        context = game_context(registry, character, last, vocabulary)
+        try:
+            instructions.append(read_instruction(text, context))
+        except InstructionError as error:
+            raise InstructionError(f"instruction {number}: {error}") from error
+    return instructions
+
+
 def play(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     overrides = {
@@ -63,8 +84,8 @@ def play(args: argparse.Namespace) -> int:
     settings.validate()
     registry = load_registry(settings.registry_path)
     character = registry.get(args.character or registry.characters[0].name).name
-    instructions = [parse_instruction_text(text) for text in args.instructions]
     engine = create_registry_engine(settings, registry, [character])
+    instructions = read_all(args.instructions, registry, character, engine.vocabulary)
     print(f"engine: {engine.kind}" + (f" ({engine.notice})" if engine.notice else ""))
     session = new_session(character, settings.window)
     for offset, instruction in enumerate(instructions):

@@ -36,6 +36,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.hub import log_stage, resolve_character
+from animegamer.instruction import ClosedVocabulary
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
@@ -106,8 +107,13 @@ class TurnEngine:
         load_on_demand: bool = True,
         shared_prefill: bool = False,
         live_preview: bool = True,
+        vocabulary: ClosedVocabulary | None = None,
     ) -> None:
         self.kind = kind
+        self.vocabulary = vocabulary
+        """The closed vocabulary of a world whose game-state tokenizer knows a fixed set of
+        words (Nano): instructions with other words are refused before a turn (see
+        `animegamer.instruction`). None where the models read free text (real, preview)."""
         self.placement = placement
         self.num_inference_steps = num_inference_steps
         self.guidance_scale = guidance_scale
@@ -341,8 +347,10 @@ def nano_character_folders(nano_dir: Path) -> dict[str, Path]:
 
 def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEngine:
     """AnimeGamer-Nano's trained models on the CPU: each character plays its own folder under
-    `settings.nano_dir` (`nano_character_folders`), all loaded now; `EngineError` when they are
-    missing or incomplete."""
+    `settings.nano_dir` (`nano_character_folders`), all loaded now, with the world's closed
+    vocabulary; `EngineError` when they are missing or incomplete."""
+    from animegamer.nano.vocabulary import closed_vocabulary
+
     folders = nano_character_folders(settings.nano_dir)
 
     def load(character: str, placement: Placement) -> CharacterModels:
@@ -354,7 +362,9 @@ def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEng
             folders[character], placement, live_preview=settings.live_preview
         )
 
-    engine = _cpu_engine(load, "nano", settings.nano_steps, settings, notice)
+    engine = _cpu_engine(
+        load, "nano", settings.nano_steps, settings, notice, closed_vocabulary()
+    )
     for character in folders:
         engine.load(character)
     return engine
@@ -372,7 +382,12 @@ def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
 
 
 def _cpu_engine(
-    load: CharacterModelsLoader, kind: EngineKind, steps: int, settings: Settings, notice: str
+    load: CharacterModelsLoader,
+    kind: EngineKind,
+    steps: int,
+    settings: Settings,
+    notice: str,
+    vocabulary: ClosedVocabulary | None = None,
 ) -> TurnEngine:
     return TurnEngine(
         load,
@@ -383,6 +398,7 @@ def _cpu_engine(
         output_dir=settings.output_dir,
         notice=notice,
         live_preview=settings.live_preview,
+        vocabulary=vocabulary,
     )
 
 

@@ -11,7 +11,7 @@ import re
 import secrets
 import unicodedata
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -47,10 +47,10 @@ FIELD_LABELS = {
 MAX_INSTRUCTION_CHARS = 600
 """The longest instruction text read: five fields of `MAX_FIELD_CHARS` and the labels fit with
 room to spare; anything longer is refused before it is parsed."""
-INSTRUCTION_LABELS = ("character", "motion", "background")
-"""The labelled parts of an instruction text, in order."""
 
 _WHITESPACE = re.compile(r"\s+")
+TAG_CHARACTERS = (0xE0000, 0xE007F)
+"""The Unicode tag block (first, last code point): removed from every instruction text."""
 
 
 class InstructionError(ValueError):
@@ -59,15 +59,6 @@ class InstructionError(ValueError):
 
 class SeedError(InstructionError):
     """A seed that is not a whole number in 0..MAX_SEED."""
-
-
-class OtherCharacterError(InstructionError):
-    """An instruction naming another playable character than the game's (their models differ)."""
-
-    def __init__(self, named: str, playing: str) -> None:
-        super().__init__(f"This game plays {playing}; the instruction names {named}.")
-        self.named = named
-        self.playing = playing
 
 
 @dataclass(frozen=True)
@@ -229,6 +220,24 @@ def effective_motion_level(ml: int) -> int:
     return ml if ml in MOTION_LEVELS else DEFAULT_MOTION_LEVEL
 
 
+def clean_text(text: str) -> str:
+    """`text` as the game reads it: invisible characters removed, then NFKC-normalised.
+
+    Removed: every format character (Unicode category Cf: the bidi controls U+202A-U+202E,
+    U+2066-U+2069, U+200E/U+200F and U+061C, the zero-width U+200B-U+200D, U+2060 and U+FEFF)
+    and the whole tag block U+E0000-U+E007F. They would otherwise reach the prompt and the
+    history unseen, or reorder what the story shows. NFKC folds compatibility forms (fullwidth
+    `Ｑｉｑｉ` is `Qiqi`); look-alike letters of other scripts stay what they are.
+    """
+    visible = "".join(char for char in text if not _is_invisible(char))
+    return unicodedata.normalize("NFKC", visible)
+
+
+def _is_invisible(char: str) -> bool:
+    first, last = TAG_CHARACTERS
+    return unicodedata.category(char) == "Cf" or first <= ord(char) <= last
+
+
 def normalise_field(text: str) -> str:
     """Collapse whitespace and drop angle brackets (they would let a player type control tokens)."""
     return _WHITESPACE.sub(" ", text.replace("<", "").replace(">", "")).strip()
@@ -247,7 +256,11 @@ def _check_printable(name: str, text: str) -> None:
 
 
 def make_instruction(fields: Mapping[str, str | None]) -> Instruction:
-    """Validate and normalise the five instruction fields, or raise `InstructionError`."""
+    """Validate and normalise the five instruction fields, or raise `InstructionError`.
+
+    Every instruction passes here (typed, sent through the API, saved, in the registry), so each
+    field is cleaned (`clean_text`) here; the parser cleans a whole text once more before it splits
+    it, so that fullwidth labels and separators read as theirs (cleaning is idempotent)."""
     values: dict[str, str] = {}
     for name in INSTRUCTION_FIELDS:
         raw = fields.get(name)
@@ -260,8 +273,14 @@ def make_instruction(fields: Mapping[str, str | None]) -> Instruction:
                 f"{FIELD_LABELS[name]} is too long ({len(raw)} characters; "
                 f"at most {MAX_FIELD_CHARS})."
             )
-        _check_printable(name, raw)
-        value = normalise_field(raw)
+        cleaned = clean_text(raw)
+        _check_printable(name, cleaned)
+        value = normalise_field(cleaned)
+        if not value and normalise_field(raw):
+            raise InstructionError(
+                f"{FIELD_LABELS[name]} has only invisible characters (zero-width, direction or "
+                "tag characters); please type it in words."
+            )
         if not value:
             raise InstructionError(f"{FIELD_LABELS[name]} is empty; every field is needed.")
         if len(value) > MAX_FIELD_CHARS:
@@ -271,57 +290,6 @@ def make_instruction(fields: Mapping[str, str | None]) -> Instruction:
             )
         values[name] = value
     return Instruction(**values)
-
-
-def _labelled_parts(text: str) -> dict[str, str] | None:
-    """`Character: …; Motion: …; Background: ….` → its three values, or None.
-
-    Plain splitting, linear in the length of the text: a backtracking pattern here let one
-    instruction of a few kilobytes hold the server for minutes.
-    """
-    body = text.strip()
-    body = body[:-1] if body.endswith(".") else body
-    parts = body.split(";")
-    if len(parts) != len(INSTRUCTION_LABELS):
-        return None
-    values: dict[str, str] = {}
-    for label, part in zip(INSTRUCTION_LABELS, parts, strict=True):
-        name, colon, value = part.partition(":")
-        if not colon or name.strip().lower() != label:
-            return None
-        values[label] = value
-    return values
-
-
-def parse_instruction_text(text: str) -> Instruction:
-    """Parse `Character: …; Motion: <adverb> <verb phrase>; Background: <time> <place>.`"""
-    text = text or ""
-    if len(text) > MAX_INSTRUCTION_CHARS:
-        raise InstructionError(
-            f"The instruction is too long ({len(text)} characters; at most "
-            f"{MAX_INSTRUCTION_CHARS})."
-        )
-    parts = _labelled_parts(text)
-    if parts is None:
-        raise InstructionError(
-            "Could not read the instruction. Write it as "
-            "'Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky.'"
-        )
-    motion = normalise_field(parts["motion"]).split(" ", 1)
-    background = normalise_field(parts["background"]).split(" ", 1)
-    if len(motion) < 2:
-        raise InstructionError("Motion needs an adverb and a verb phrase, e.g. 'quickly fly'.")
-    if len(background) < 2:
-        raise InstructionError("Background needs a time and a place, e.g. 'day sky'.")
-    return make_instruction(
-        {
-            "character": parts["character"],
-            "adverb": motion[0],
-            "motion": motion[1],
-            "time": background[0],
-            "place": background[1],
-        }
-    )
 
 
 def check_room_for_turn(session: Session) -> None:
@@ -357,22 +325,6 @@ def parse_seed(text: str | float | None) -> int | None:
     if not _SEED_TEXT.match(raw) or int(raw) > MAX_SEED:
         raise SeedError(f"The seed must be a whole number from 0 to {MAX_SEED}, or 'random'.")
     return int(raw)
-
-
-def check_character(
-    session: Session, instruction: Instruction, playable: Mapping[str, Collection[str]]
-) -> None:
-    """Refuse an instruction that names another playable character than the game's.
-
-    `playable` maps each character to the names an instruction may call them by. A name that is
-    no playable character's (a friend in the story) is fine.
-    """
-    named = instruction.character.lower()
-    for character, names in playable.items():
-        if named in {name.lower() for name in names}:
-            if character != session.character:
-                raise OtherCharacterError(character, session.character)
-            return
 
 
 def record_turn(

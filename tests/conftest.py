@@ -21,6 +21,32 @@ QIQI_FIELDS = {
 """A valid instruction, field by field (tests import it: `from conftest import QIQI_FIELDS`)."""
 QIQI_VALUES = tuple(QIQI_FIELDS.values())
 """The same instruction as the API takes it: the five fields in order."""
+COMMAND_FORMS = [
+    ("quickly run, day town", ("Qiqi", "quickly", "run", "day", "town")),
+    ("run", ("Qiqi", "quickly", "run", "day/night", "sky")),
+    ("run, night town", ("Qiqi", "quickly", "run", "night", "town")),
+    ("slowly walk along the street · evening harbour",
+     ("Qiqi", "slowly", "walk along the street", "evening", "harbour")),
+    ("gently sit on railing; seaside town",
+     ("Qiqi", "gently", "sit on railing", "day/night", "seaside town")),
+    ("gently sit on railing, night", ("Qiqi", "gently", "sit on railing", "night", "sky")),
+    ("Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky.",
+     ("Qiqi", "quickly", "fly on broomstick", "day", "sky")),
+    ("character: qiqi; motion: happily jump", ("Qiqi", "happily", "jump", "day/night", "sky")),
+    ("Motion: lie down; Background: night grass",
+     ("Qiqi", "quickly", "lie down", "night", "grass")),
+    ("Qiqi eats a big cake at the beach",
+     ("Qiqi", "quickly", "eat a big cake at the beach", "day/night", "sky")),
+    ("Qiqi: slowly walk, night town", ("Qiqi", "slowly", "walk", "night", "town")),
+    ("Qiqi happily flies on broomstick, morning sky",
+     ("Qiqi", "happily", "fly on broomstick", "morning", "sky")),
+    ("\uff31\uff49\uff51\uff49 watches, day town", ("Qiqi", "quickly", "watch", "day", "town")),
+    ("quick\u200bly run\u202e, day t\U000e0041own", ("Qiqi", "quickly", "run", "day", "town")),
+]
+"""Every form the command line reads, with the five fields it plays in a fresh game of Qiqi
+whose words are the registry's (default adverb `quickly`, time `day/night`, place `sky`): short
+commands with each separator, the labelled form with parts left out, a sentence led by the name
+(the verb back to its base form), fullwidth letters and invisible characters."""
 
 
 def _reference_root() -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import QIQI_VALUES
+from conftest import COMMAND_FORMS, QIQI_VALUES
 from gradio.utils import get_upload_folder
 from gradio_client import Client
 from gradio_client.exceptions import AppError
@@ -74,8 +74,28 @@ def test_errors_reach_the_client_and_keep_the_game(served_app):
     with pytest.raises(AppError, match="no turn to undo"):
         client.predict(api_name="/undo")
     with pytest.raises(AppError, match="Could not read the instruction"):
-        client.predict("<script>alert(1)</script>", api_name="/parse")
+        client.predict("Character: Qiqi; Mood: happy; Motion: run", api_name="/parse")
     assert client.predict(api_name="/restart")[0]["turns"] == 0
+
+
+@pytest.fixture(scope="module")
+def parse_client(served_app):
+    """One client that only parses: its game stays fresh, so every form reads the same gaps."""
+    return Client(served_app, verbose=False)
+
+
+@pytest.mark.parametrize(("text", "expected"), COMMAND_FORMS)
+def test_parse_reads_every_form_the_command_line_reads(parse_client, text, expected):
+    assert parse_client.predict(text, api_name="/parse") == (*expected, "")
+
+
+def test_a_refused_parse_says_why_once_in_plain_text(parse_client):
+    with pytest.raises(AppError) as error:
+        parse_client.predict("Motion: run; Mood: happy", api_name="/parse")
+    message = str(error.value)
+    assert message.startswith("Invalid instruction: Could not read the instruction. Type e.g. "
+                              "'quickly fly on broomstick, day sky'")
+    assert message.count("Could not read") == 1 and "&#" not in message and "&quot;" not in message
 
 
 def test_app_settings_put_clips_under_gradios_temp_dir():

@@ -26,11 +26,46 @@ def test_play_prints_each_turn_and_saves_the_game(tmp_path, capsys):
 
 
 def test_unreadable_instruction_is_one_line_and_exit_two(tmp_path, capsys):
-    code = main(["play", "--engine", "preview", "Qiqi flies", "--out", str(tmp_path)])
-    err = capsys.readouterr().err
+    code = main(["play", "--engine", "preview", FIRST, "Character: Qiqi; Mood: happy; Motion: run",
+                 "--out", str(tmp_path)])
+    last = capsys.readouterr().err.splitlines()[-1]  # after the models' loading bars
     assert code == 2
-    assert err.startswith("error: Could not read the instruction")
-    assert not any(tmp_path.iterdir())
+    assert last.startswith("error: instruction 2: Could not read the instruction. Type e.g.")
+    assert not list(tmp_path.rglob("*.mp4"))  # the first, readable, instruction did not play
+
+
+def test_the_cli_reads_the_command_lines_forms_and_refuses_other_characters(tmp_path, capsys):
+    code = main(["play", "--engine", "preview", "--steps", "1", "--out", str(tmp_path),
+                 "Qiqi flies, night town", "gently sit on railing",
+                 "Character: Qiqi; Motion: happily jump"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "turn 1: Character: Qiqi; Motion: quickly fly; Background: night town." in out
+    assert "turn 2: Character: Qiqi; Motion: gently sit on railing; Background: night town." in out
+    assert "turn 3: Character: Qiqi; Motion: happily jump; Background: night town." in out
+    code = main(["play", "--engine", "preview", "--out", str(tmp_path / "other"),
+                 "Character: Sosuke; Motion: quickly run"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "error: instruction 1: This game plays Qiqi"
+    )
+
+
+def test_the_nano_world_refuses_unknown_words_before_any_turn(tmp_path, capsys):
+    out = tmp_path / "clips"
+    code = main(["play", "--engine", "nano", "--steps", "1", "--out", str(out),
+                 "happily jump, evening harbour", "Qiqi eats a big cake at the beach"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert code == 2
+    assert err.startswith("error: instruction 2: The Nano world knows only the words on the chips.")
+    assert "eat, big, cake, beach are not known" in err
+    assert not list(tmp_path.rglob("*.mp4"))
+    code = main(["play", "--engine", "nano", "--steps", "1", "--out", str(out),
+                 "happily jump, evening harbour",
+                 "Character: Qiqi; Motion: slowly walk; Background: night town."])
+    assert code == 0
+    assert "Motion: happily jump; Background: evening harbour." in capsys.readouterr().out
+    assert len(list(out.rglob("*.mp4"))) == 2
 
 
 def test_unknown_character_is_refused(tmp_path, capsys):

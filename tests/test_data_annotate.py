@@ -18,7 +18,7 @@ from animegamer.data.annotate import (
     shot_frames,
 )
 from animegamer.data.errors import DataError
-from animegamer.game import parse_instruction_text
+from animegamer.instruction import reads_back
 
 GOOD = {
     "character_present": True, "character": "Qiqi", "adverb": "quickly",
@@ -36,7 +36,7 @@ def test_a_good_answer_becomes_a_playable_instruction():
     assert annotation.instruction.text == (
         "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
     )
-    assert parse_instruction_text(annotation.instruction.text) == annotation.instruction
+    assert reads_back(annotation.instruction)
     assert (annotation.social, annotation.entertainment, annotation.stamina) == (0, 1, -1)
 
 

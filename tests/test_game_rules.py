@@ -13,17 +13,14 @@ from animegamer.game import (
     GameStates,
     Gauges,
     InstructionError,
-    OtherCharacterError,
     SeedError,
     Session,
     Timings,
     apply_states,
-    check_character,
     check_seed,
     effective_motion_level,
     make_instruction,
     new_session,
-    parse_instruction_text,
     parse_seed,
     record_turn,
     restart,
@@ -104,34 +101,6 @@ def test_emoji_and_non_latin_text_are_accepted_as_text():
     instruction = make_instruction({**QIQI, "place": "sky 🌙", "character": "琪琪"})
     assert instruction.place == "sky 🌙"
     assert instruction.character == "琪琪"
-
-
-def test_free_text_parses_into_fields():
-    instruction = parse_instruction_text(
-        "Character: Sosuke;  Motion: happily run along the beach; Background: sunset seaside."
-    )
-    assert instruction.fields() == {
-        "character": "Sosuke",
-        "adverb": "happily",
-        "motion": "run along the beach",
-        "time": "sunset",
-        "place": "seaside",
-    }
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("", "Could not read"),
-        ("Qiqi flies", "Could not read"),
-        ("Character: Qiqi; Motion: fly; Background: day sky.", "adverb and a verb"),
-        ("Character: Qiqi; Motion: quickly fly; Background: sky.", "time and a place"),
-        ("Character: ; Motion: quickly fly; Background: day sky.", "Character is empty"),
-    ],
-)
-def test_unparsable_free_text_is_explained(text, message):
-    with pytest.raises(InstructionError, match=message):
-        parse_instruction_text(text)
 
 
 def _play(session: Session, states: GameStates, value: float) -> Session:
@@ -225,13 +194,3 @@ def test_seed_bounds_are_the_same_for_every_caller():
     for bad in (-1, MAX_SEED + 1, True, 1.0):
         with pytest.raises(SeedError):
             check_seed(bad)
-
-
-def test_an_instruction_may_name_only_the_games_character():
-    playable = {"Qiqi": ("Qiqi", "Kiki"), "Sosuke": ("Sosuke",)}
-    session = new_session("Qiqi")
-    check_character(session, make_instruction({**QIQI, "character": "kiki"}), playable)
-    check_character(session, make_instruction({**QIQI, "character": "Tombo"}), playable)
-    with pytest.raises(OtherCharacterError) as error:
-        check_character(session, make_instruction({**QIQI, "character": "SOSUKE"}), playable)
-    assert (error.value.named, error.value.playing) == ("Sosuke", "Qiqi")

@@ -34,10 +34,11 @@ from animegamer.game import (
     make_instruction,
     record_turn,
 )
+from animegamer.nano.vocabulary import closed_vocabulary
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import save_game
 from animegamer.ui import GameUI, Player
-from animegamer.ui.callbacks import GameSlot, discard_game_files, gpu_seconds, parse_seed
+from animegamer.ui.callbacks import GameSlot, discard_game_files, gpu_seconds
 from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
 from animegamer.ui.views import (
     CHAT_TURNS,
@@ -254,14 +255,23 @@ def test_chips_change_one_part_of_the_command(ui):
         ui.with_word(session, "", "place", "\x07")
 
 
-def test_fill_from_text(ui):
-    assert ui.fill_from_text(
-        "Character: Sosuke; Motion: calmly look at the sea; Background: evening harbour."
-    ) == ("Sosuke", "calmly", "look at the sea", "evening", "harbour")
-    with pytest.raises(gr.Error, match="Could not read the instruction"):
-        ui.fill_from_text("fly to the moon")
-    with pytest.raises(gr.Error, match="Background needs a time and a place"):
-        ui.fill_from_text("Character: Qiqi; Motion: quickly fly; Background: sky")
+def test_parse_reads_every_form_as_play_would(ui, two_turns):
+    assert ui.parse(None, "Character: Qiqi; Motion: calmly look at the sea; "
+                          "Background: evening harbour.") == (
+        "Qiqi", "calmly", "look at the sea", "evening", "harbour"
+    )
+    played = two_turns[1].player  # its last turn: slowly walk along the street, evening town
+    assert ui.parse(played, "sit on railing") == (
+        "Qiqi", "quickly", "sit on railing", "evening", "town"
+    )
+    with pytest.raises(gr.Error) as error:
+        ui.parse(None, "Character: Qiqi; Mood: happy; Motion: run")
+    message = error.value.message
+    assert message.startswith("Invalid instruction: Could not read the instruction. Type e.g.")
+    assert message.count("Could not read") == 1 and "&#" not in message
+    assert "'quickly fly on broomstick, day sky'" in message
+    with pytest.raises(gr.Error, match="This game plays Qiqi"):
+        ui.parse(None, "Character: Sosuke; Motion: run")
 
 
 # Save, load, playthrough ------------------------------------------------------------------------
@@ -407,8 +417,7 @@ def test_invalid_instructions_are_refused(ui, fields, message):
 
 
 def test_hostile_text_is_refused_or_escaped(ui):
-    with pytest.raises(gr.Error, match="Could not read"):
-        ui.play(None, QIQI, "<script>alert(1)</script>", "random")
+    assert ui.parse(None, "<script>alert(1)</script>")[2] == "scriptalert(1)/script"
     update = ui.play(
         None,
         {**QIQI, "motion": 'wave <img src=x onerror="alert(1)"> & smile', "place": "sky 🌸"},
@@ -424,22 +433,13 @@ def test_hostile_text_is_refused_or_escaped(ui):
     assert "<img" not in json.dumps(update.screen.summary)
 
 
-@pytest.mark.parametrize(
-    ("seed", "expected"),
-    [("random", None), ("", None), (" Random ", None), (None, None), ("42", 42), (7.0, None)],
-)
-def test_parse_seed(seed, expected):
-    if seed == 7.0:
-        with pytest.raises(gr.Error, match="whole number"):
-            parse_seed(seed)
-    else:
-        assert parse_seed(seed) == expected
-
-
-@pytest.mark.parametrize("seed", ["-1", "abc", "1e3", str(2**63)])
-def test_invalid_seeds_are_refused(seed):
-    with pytest.raises(gr.Error, match="whole number"):
-        parse_seed(seed)
+@pytest.mark.parametrize("seed", ["-1", "abc", "1e3", str(2**63), 7.0])
+def test_invalid_seeds_are_refused(ui, seed):
+    player = ui.new_player()
+    with pytest.raises(gr.Error) as error:
+        ui.play(player, QIQI, "", seed)
+    assert error.value.message.startswith("Invalid seed: The seed must be a whole number")
+    assert error.value.title == "Invalid seed" and player.session.turns == ()
 
 
 def test_gpu_duration_follows_the_steps():
@@ -454,6 +454,7 @@ class FailingEngine:
     kind = "real"
     notice = ""
     num_inference_steps = 50
+    vocabulary = None
 
     def __init__(self, error: BaseException, output_dir: Path) -> None:
         self.error = error
@@ -674,3 +675,73 @@ def test_a_refused_load_leaves_no_folder_behind(ui, tmp_path):
     with pytest.raises(gr.Error, match="not a zip"):
         ui.load(None, str(bad))
     assert set(ui.root.iterdir()) == before
+
+
+# A closed vocabulary (the Nano world's words on the preview models) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def closed_ui(engine, registry):
+    """The preview engine's models behind the Nano world's closed vocabulary."""
+    closed = copy.copy(engine)
+    closed.vocabulary = closed_vocabulary()
+    return GameUI(closed, registry, delete_grace_s=0)
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*") if path.is_file())
+
+
+UNKNOWN = [
+    ("quikly run, day town", None, "quikly is not known (closest: quickly"),
+    ("quickly jumpp, day town", None, "jumpp is not known (closest: jump"),
+    ("", {**QIQI, "time": "nigth"}, "nigth is not known (closest: night"),
+    ("Character: Qiqi; Motion: quickly run; Background: day harbor.", None,
+     "harbor is not known (closest: harbour"),
+    ("Qiqi eats a big cake", None, "eat, big, cake are not known"),
+]
+
+
+@pytest.mark.parametrize(("text", "fields", "message"), UNKNOWN)
+def test_unknown_words_are_refused_before_a_turn_and_change_nothing(
+    closed_ui, text, fields, message
+):
+    slot = GameSlot(closed_ui.root)
+    slot.run(lambda p: closed_ui.play(p, QIQI, "", "5"))
+    kept, files = slot.player, files_under(closed_ui.root)
+    actions = [lambda p: closed_ui.play(p, fields or QIQI, text, "6")]
+    if fields is None:
+        actions += [lambda p: closed_ui.send(p, text), lambda p: closed_ui.parse(p, text)]
+    for action in actions:
+        with pytest.raises(gr.Error) as error:
+            slot.run(action)
+        assert error.value.title == "Invalid instruction"
+        assert error.value.message.startswith(
+            "Invalid instruction: The Nano world knows only the words on the chips."
+        )
+        assert message in error.value.message and "&#" not in error.value.message
+    assert slot.player is kept and kept.session.turns[-1].seed == 5
+    assert files_under(closed_ui.root) == files
+
+
+@pytest.mark.parametrize(
+    ("text", "motion"),
+    [("happily jump, evening harbour", "jump"),
+     ("Qiqi flies on broomstick, night sky", "fly on broomstick"),
+     ("Character: Qiqi; Motion: slowly walk along the street; Background: day seaside town.",
+      "walk along the street")],
+)
+def test_known_words_play_in_the_short_and_the_long_form(closed_ui, text, motion):
+    sent = closed_ui.send(None, text)
+    assert sent.fields[2] == motion
+    update = closed_ui.play(None, QIQI, text, "3")
+    assert update.player.session.turns[-1].instruction.motion == motion
+    assert update.fields == sent.fields
+
+
+def test_the_closed_world_starts_from_its_own_words(closed_ui):
+    expected = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
+    assert closed_ui.default_fields("Qiqi") == expected
+    assert closed_ui.default_command(closed_ui.new_player().session) == (
+        "quickly fly on broomstick, day sky"
+    )

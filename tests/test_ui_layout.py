@@ -7,10 +7,11 @@ import copy
 import pytest
 
 from animegamer.characters import load_registry
+from animegamer.nano.vocabulary import closed_vocabulary
 from animegamer.settings import Settings
 from animegamer.ui.layout import build_app
 from animegamer.ui.views import BANNERS
-from animegamer.ui.vocabulary import PARTS, nano_vocabulary, registry_vocabulary
+from animegamer.ui.vocabulary import PARTS, registry_vocabulary, vocabulary_for
 
 
 def components(demo) -> dict[str, dict]:
@@ -33,6 +34,7 @@ def html_values(demo) -> str:
 def test_banner_and_chips_follow_the_engine(preview_engine, tmp_path, kind):
     engine = copy.copy(preview_engine)
     engine.kind = kind
+    engine.vocabulary = closed_vocabulary() if kind == "nano" else None
     registry = load_registry()
     demo = build_app(engine, registry, Settings(output_dir=tmp_path))
     shown = components(demo)
@@ -40,13 +42,12 @@ def test_banner_and_chips_follow_the_engine(preview_engine, tmp_path, kind):
     for other, line in BANNERS.items():
         assert (line in header) == (other == kind)
     for character in registry.characters:
-        words = (nano_vocabulary(character.name) if kind == "nano" else None) or (
-            registry_vocabulary(character)
-        )
+        words = vocabulary_for(character, engine)
         for part in PARTS:
             samples = shown[f"ag-chips-{part}-{character.name}"]["samples"]
-            assert samples == [[w] for w in (words[part] or registry_vocabulary(character)[part])]
-    default_time = "day" if kind == "nano" and nano_vocabulary() else "day/night"
+            assert samples == [[w] for w in words[part]]
+    assert (words == registry_vocabulary(character)) == (kind != "nano")
+    default_time = "day" if kind == "nano" else "day/night"
     assert shown["ag-command"]["value"] == f"quickly fly on broomstick, {default_time} sky"
     examples = shown["ag-examples-Qiqi"]["samples"]
     assert ["smoothly fly on broomstick, day countryside"] in examples  # the registry's examples

@@ -1,10 +1,8 @@
-"""The command line, the chips' words and the story's words: pure functions, no models."""
+"""The chips' words and the story's words: pure functions, no models."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import types
 
 import pytest
 import torch
@@ -14,14 +12,13 @@ from animegamer.characters import load_registry
 from animegamer.game import (
     GameStates,
     Gauges,
-    InstructionError,
     Session,
     Timings,
     make_instruction,
     record_turn,
 )
-from animegamer.ui.callbacks import in_vocabulary
-from animegamer.ui.command import CommandContext, format_command, read_command, with_word
+from animegamer.instruction import ClosedVocabulary
+from animegamer.nano.vocabulary import MOTIONS, closed_vocabulary
 from animegamer.ui.story import (
     eta_seconds,
     motion_words,
@@ -32,82 +29,19 @@ from animegamer.ui.story import (
     turn_sentence,
 )
 from animegamer.ui.views import banner_html, chat_messages, gauges_html, history_frame
-from animegamer.ui.vocabulary import NANO_MODULE, registry_vocabulary, vocabulary_for
+from animegamer.ui.vocabulary import registry_vocabulary, vocabulary_for
 
 QIQI = make_instruction({**QIQI_FIELDS, "time": "day/night"})
-CONTEXT = CommandContext(fallback=QIQI, adverbs=("gently", "fast"), times=("day", "night"))
 
 
 @dataclasses.dataclass
-class Kind:
-    kind: str
+class Engine:
+    vocabulary: ClosedVocabulary | None
 
 
 @pytest.fixture(scope="module")
 def registry():
     return load_registry()
-
-
-# The command line --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("command", "expected"),
-    [
-        ("run", ("quickly", "run", "day/night", "sky")),
-        ("fast run, night town", ("fast", "run", "night", "town")),
-        ("slowly walk along the street · evening harbour", ("slowly", "walk along the street",
-                                                           "evening", "harbour")),
-        ("walk, seaside town", ("quickly", "walk", "day/night", "seaside town")),
-        ("gently sit on railing, night", ("gently", "sit on railing", "night", "sky")),
-        ("gently sit on railing; seaside town", ("gently", "sit on railing", "day/night",
-                                                 "seaside town")),
-        ("fly", ("quickly", "fly", "day/night", "sky")),
-        ("Character: Qiqi; Motion: run; Background: day town.", ("quickly", "run", "day", "town")),
-        ("character: Qiqi; motion: happily jump", ("happily", "jump", "day/night", "sky")),
-    ],
-)
-def test_a_command_fills_its_gaps_from_the_game(command, expected):
-    instruction = read_command(command, CONTEXT)
-    assert (instruction.adverb, instruction.motion, instruction.time, instruction.place) == expected
-    assert instruction.character == "Qiqi"
-
-
-def test_a_command_may_name_the_character_and_is_normalised():
-    instruction = read_command("Character: Sosuke; Motion: <b>wave</b>  hand", CONTEXT)
-    assert instruction.character == "Sosuke" and instruction.motion == "bwave/b hand"
-
-
-@pytest.mark.parametrize(
-    ("command", "message"),
-    [
-        ("", "Type what your character should do"),
-        ("   ", "Type what your character should do"),
-        (", day sky", "Motion is empty"),
-        ("x" * 601, "too long"),
-        ("x" * 200, "Motion is too long"),
-        ("run, day sky\x07", "control or unassigned"),
-        ("Character: Qiqi; Mood: happy; Motion: run", "Could not read the instruction"),
-    ],
-)
-def test_a_bad_command_says_what_is_wrong(command, message):
-    with pytest.raises(InstructionError, match=message):
-        read_command(command, CONTEXT)
-
-
-def test_format_and_read_round_trip_and_chips_change_one_part():
-    instruction = make_instruction(
-        {**QIQI_FIELDS, "adverb": "gently", "motion": "sit on railing", "place": "town"}
-    )
-    assert format_command(instruction) == "gently sit on railing, day town"
-    assert read_command(format_command(instruction), CONTEXT) == instruction
-    assert with_word("run, night town", "motion", "lie down", CONTEXT) == (
-        "quickly lie down, night town"
-    )
-    assert with_word("", "time", "night", CONTEXT) == "quickly fly on broomstick, night sky"
-    assert with_word("x" * 700, "adverb", "gently", CONTEXT) == (
-        "gently fly on broomstick, day/night sky"
-    )
 
 
 # The chips' words --------------------------------------------------------------------------------
@@ -119,27 +53,19 @@ def test_registry_words_come_from_defaults_then_examples(registry):
     assert words["adverbs"] == ["quickly", "smoothly", "gently"]
     assert words["motions"][0] == "fly on broomstick" and "lie down" in words["motions"]
     assert words["times"] == ["day/night", "day", "night"]
-    assert vocabulary_for(qiqi, Kind("preview")) == words == vocabulary_for(qiqi, Kind("real"))
+    assert vocabulary_for(qiqi, Engine(None)) == words
 
 
-def test_the_nano_world_offers_exactly_its_words(registry, monkeypatch):
-    fake = types.ModuleType(NANO_MODULE)
-    fake.NANO_VOCABULARY = {  # type: ignore[attr-defined]
-        "motions": ("walk", "run"), "adverbs": ("slowly",), "times": ("dawn",), "places": (),
-    }
-    monkeypatch.setitem(sys.modules, NANO_MODULE, fake)
-    qiqi = registry.get("Qiqi")
-    words = vocabulary_for(qiqi, Kind("nano"))
-    assert words["motions"] == ["walk", "run"] and words["adverbs"] == ["slowly"]
-    assert words["times"] == ["dawn"]
-    assert words["places"] == registry_vocabulary(qiqi)["places"]  # empty: the registry's
-    fake.MOTIONS = (  # type: ignore[attr-defined]
-        types.SimpleNamespace(name="run", allows=lambda name: name == "Qiqi"),
-    )
-    assert vocabulary_for(registry.get("Sosuke"), Kind("nano"))["motions"] == ["walk"]
-    assert vocabulary_for(qiqi, Kind("nano"))["motions"] == ["walk", "run"]
-    monkeypatch.setitem(sys.modules, NANO_MODULE, None)  # the module is missing
-    assert vocabulary_for(qiqi, Kind("nano")) == registry_vocabulary(qiqi)
+def test_a_closed_world_offers_exactly_its_words(registry):
+    """The chips are the closed vocabulary's own chips, less the motions kept for others."""
+    qiqi, sosuke = registry.get("Qiqi"), registry.get("Sosuke")
+    words = vocabulary_for(qiqi, Engine(closed_vocabulary()))
+    assert words["adverbs"][:3] == ["slowly", "quickly", "gently"]
+    assert words["times"] == ["morning", "day", "afternoon", "evening", "night"]
+    assert "fly on broomstick" in words["motions"] and "ride in the car" not in words["motions"]
+    assert "town" in words["places"] and "town balcony" not in words["places"]  # chips only
+    sosukes = vocabulary_for(sosuke, Engine(closed_vocabulary()))["motions"]
+    assert "ride in the car" in sosukes and "fly on broomstick" not in sosukes
 
 
 # The story's words -------------------------------------------------------------------------------
@@ -161,6 +87,45 @@ def test_a_turn_is_a_sentence_about_the_character():
     assert turn_sentence("Qiqi", QIQI, GameStates(et=1)).endswith("— having fun.")
     assert turn_sentence("Qiqi", QIQI, GameStates()).endswith("(day/night, sky).")
     assert motion_words(1) == "still (1/5)" and motion_words(5) == "wild (5/5)"
+
+
+NANO_SENTENCES = {
+    "fly on broomstick": "Qiqi quickly flies on broomstick (day, sky).",
+    "fly": "Qiqi quickly flies (day, sky).",
+    "walk": "Qiqi quickly walks (day, sky).",
+    "walk through the trees": "Qiqi quickly walks through the trees (day, sky).",
+    "walk along the street": "Qiqi quickly walks along the street (day, sky).",
+    "walk in the street": "Qiqi quickly walks in the street (day, sky).",
+    "run": "Qiqi quickly runs (day, sky).",
+    "run along the road": "Qiqi quickly runs along the road (day, sky).",
+    "jump": "Qiqi quickly jumps (day, sky).",
+    "sit": "Qiqi quickly sits (day, sky).",
+    "sit on railing": "Qiqi quickly sits on railing (day, sky).",
+    "sit down": "Qiqi quickly sits down (day, sky).",
+    "lie down": "Qiqi quickly lies down (day, sky).",
+    "lie on the grass": "Qiqi quickly lies on the grass (day, sky).",
+    "wave hand": "Qiqi quickly waves hand (day, sky).",
+    "wave to a friend": "Qiqi quickly waves to a friend (day, sky).",
+    "hold broom": "Qiqi quickly holds broom (day, sky).",
+    "turn head": "Qiqi quickly turns head (day, sky).",
+    "look at the sea": "Qiqi quickly looks at the sea (day, sky).",
+    "look around": "Qiqi quickly looks around (day, sky).",
+    "talk": "Qiqi quickly talks (day, sky).",
+    "talk to a friend": "Qiqi quickly talks to a friend (day, sky).",
+    "dance": "Qiqi quickly dances (day, sky).",
+    "ride in the car": "Qiqi quickly rides in the car (day, sky).",
+    "ride in the purple car": "Qiqi quickly rides in the purple car (day, sky).",
+}
+"""The story's sentence for every motion phrase the Nano world knows, written out by hand: the
+first verb takes the third person (-s, -es, -ies)."""
+
+
+def test_the_story_reads_every_motion_of_the_nano_world():
+    phrases = {phrase for motion in MOTIONS for phrase in motion.words}
+    assert set(NANO_SENTENCES) == phrases  # a new motion needs its sentence here
+    for motion, sentence in NANO_SENTENCES.items():
+        instruction = make_instruction({**QIQI_FIELDS, "motion": motion})
+        assert turn_sentence("Qiqi", instruction, GameStates()) == sentence
 
 
 def test_nudges_at_low_and_high_gauges():
@@ -231,10 +196,3 @@ def test_the_banner_names_the_world():
     assert "Playing the Nano world: a small anime world trained on a CPU" in nano
     assert "Trained &lt;here&gt;." in nano
     assert "Preview engine" in banner_html("preview", "x")
-
-
-def test_defaults_the_chips_do_not_offer_become_a_word_they_do():
-    words = {"adverbs": ["slowly"], "motions": ["fly on broomstick"], "times": ["morning", "day"],
-             "places": []}
-    assert in_vocabulary(QIQI, words) == dataclasses.replace(QIQI, time="day")
-    assert in_vocabulary(QIQI, registry_vocabulary(load_registry().get("Qiqi"))) == QIQI

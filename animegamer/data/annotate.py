@@ -32,8 +32,8 @@ from animegamer.game import (
     InstructionError,
     make_instruction,
     normalise_field,
-    parse_instruction_text,
 )
+from animegamer.instruction import reads_back
 
 PROMPT_FILE = Path(__file__).with_name("prompts") / "annotate.txt"
 ANSWER_FIELDS = (
@@ -125,11 +125,7 @@ def parse_answer(text: str, character: str) -> Annotation:
         instruction = make_instruction(fields)
     except InstructionError as error:
         raise AnswerError("fields", str(error)) from None
-    try:
-        readable = parse_instruction_text(instruction.text) == instruction
-    except InstructionError:
-        readable = False
-    if not readable:
+    if not reads_back(instruction):
         message = f"the fields break the instruction format: {instruction.text!r}"
         raise AnswerError("fields", message)
     return Annotation(

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from animegamer.instruction import ClosedVocabulary, KnownPhrases
+
 Posture = Literal["stand", "sit", "lie", "fly", "ride"]
 Animation = Literal[
     "walk", "run", "jump", "sway", "breathe", "wave", "broom", "turn", "talk", "dance", "ride",
@@ -211,3 +213,20 @@ NANO_VOCABULARY = NanoVocabulary(
     places=tuple(p.name for p in PLACES),
 )
 """What the Nano world renders; the UI shows these words as chips."""
+
+
+def closed_vocabulary() -> ClosedVocabulary:
+    """The world's words as the game holds instructions to them (`TurnEngine.vocabulary` on the
+    Nano engine): every word of a field must be a word of that field's phrases, and the motions
+    kept for one character (`MotionSpec.characters`) are theirs only."""
+    return ClosedVocabulary(
+        world="Nano",
+        fields={
+            "character": KnownPhrases(tuple((name,) for name in CHARACTERS)),
+            "adverb": KnownPhrases(tuple((adverb.name,) for adverb in ADVERBS)),
+            "motion": KnownPhrases(tuple(motion.words for motion in MOTIONS)),
+            "time": KnownPhrases(tuple((time.name,) for time in TIMES)),
+            "place": KnownPhrases(tuple(place.words for place in PLACES)),
+        },
+        only={motion.name: motion.characters for motion in MOTIONS if motion.characters},
+    )

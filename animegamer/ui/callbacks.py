@@ -32,27 +32,32 @@ from animegamer.clips import DELETE_GRACE_S, ClipStore, player_folder, remove_in
 from animegamer.devices import Placement
 from animegamer.engine import EngineError
 from animegamer.game import (
-    INSTRUCTION_FIELDS,
     Instruction,
     InstructionError,
-    OtherCharacterError,
     SeedError,
     Session,
-    check_character,
     check_room_for_turn,
     make_instruction,
     new_session,
-    parse_instruction_text,
+    parse_seed,
     undo,
 )
-from animegamer.game import parse_seed as game_parse_seed
+from animegamer.instruction import (
+    ClosedVocabulary,
+    InstructionContext,
+    OtherCharacterError,
+    check_instruction,
+    format_command,
+    game_context,
+    read_instruction,
+    with_word,
+)
 from animegamer.memory import release_free_memory
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import SaveFileError, load_game, save_game
 from animegamer.ui import views
-from animegamer.ui.command import CommandContext, format_command, read_command, with_word
 from animegamer.ui.story import eta_seconds, progress_text
-from animegamer.ui.vocabulary import PART_FIELDS, vocabulary_for
+from animegamer.ui.vocabulary import vocabulary_for
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +103,7 @@ class Engine(Protocol):
     clips: ClipStore
     placement: Placement
     representation_dim: int | None
+    vocabulary: ClosedVocabulary | None
 
     def play(
         self,
@@ -156,10 +162,13 @@ class Sent:
 
 
 def user_error(message: str, title: str) -> gr.Error:
-    """A message for the player, led by its title; escaped because Gradio renders error toasts
-    as HTML. Gradio's toast header shows the kind ("Error") whatever the title, so the title
-    also opens the message, where the player and API clients both read it."""
-    return gr.Error(html.escape(f"{title}: {message}"), title=title, print_exception=False)
+    """A message for the player, led by its title; `<`, `>` and `&` escaped because Gradio
+    renders error toasts as HTML (quotes need no escaping in text, and API clients read the
+    message as it is). Gradio's toast header shows the kind ("Error") whatever the title, so
+    the title also opens the message, where the player and API clients both read it."""
+    return gr.Error(
+        html.escape(f"{title}: {message}", quote=False), title=title, print_exception=False
+    )
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -167,14 +176,6 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 DISK_FULL = "The server's disk is full, so nothing could be written."
-
-
-def parse_seed(text: str | float | None) -> int | None:
-    """The seed field: `None` (a fresh random seed) for "random" or nothing, else the number."""
-    try:
-        return game_parse_seed(text)
-    except SeedError as error:
-        raise user_error(str(error), "Invalid seed") from error
 
 
 def gpu_seconds(steps: int) -> int:
@@ -264,20 +265,6 @@ class StoryProgress:
 
 def story_progress(progress: Progress | None, eta_s: float | None) -> Progress | None:
     return None if progress is None else StoryProgress(progress, eta_s)
-
-
-def in_vocabulary(instruction: Instruction, words: Mapping[str, list[str]]) -> Instruction:
-    """`instruction` with each part the chips do not offer replaced by the first chip word it
-    contains (the Nano world knows `day`, not the registry's `day/night`); parts without such a
-    word stay as they are."""
-    values = instruction.fields()
-    for part, field_name in PART_FIELDS.items():
-        known = words.get(part, [])
-        value = values[field_name]
-        if known and value.lower() not in {word.lower() for word in known}:
-            inside = [word for word in known if word.lower() in value.lower()]
-            values[field_name] = inside[0] if inside else value
-    return make_instruction(values)
 
 
 class GameSlot:
@@ -391,9 +378,9 @@ class GameUI:
         return self.files.workdir(player.player_id, player.session.session_id, kind)
 
     def default_fields(self, name: str) -> tuple[str, ...]:
-        """The character's default instruction, in words the chips offer."""
-        defaults = in_vocabulary(self.character(name).defaults, self.vocabulary(name))
-        return tuple(getattr(defaults, key) for key in INSTRUCTION_FIELDS)
+        """The character's default instruction, in words the world knows."""
+        fallback = self.command_context(new_session(self.character(name).name)).fallback
+        return tuple(fallback.fields().values())
 
     def short_name(self, name: str) -> str:
         """How the story calls the character: the name its instructions use ("Qiqi")."""
@@ -403,16 +390,33 @@ class GameUI:
         """The suggestion chips for the character `name` on this engine."""
         return vocabulary_for(self.character(name), self.engine)
 
-    def command_context(self, session: Session) -> CommandContext:
-        """What a command may leave out: the character's default adverb, and the time and
-        place of the last turn (the character's defaults before the first turn)."""
-        words = self.vocabulary(session.character)
-        defaults = in_vocabulary(self.character(session.character).defaults, words)
-        last = session.turns[-1].instruction if session.turns else defaults
-        fallback = dataclasses.replace(
-            defaults, motion=last.motion, time=last.time, place=last.place
-        )
-        return CommandContext(fallback=fallback, adverbs=words["adverbs"], times=words["times"])
+    def command_context(self, session: Session) -> InstructionContext:
+        """What reading a command needs of the game: what it may leave out (the character's
+        default adverb, and the time and place of the last turn), who may be named, and the
+        world's closed vocabulary where it has one."""
+        last = session.turns[-1].instruction if session.turns else None
+        return game_context(self.registry, session.character, last, self.engine.vocabulary)
+
+    def read(
+        self, session: Session, text: str | None, fields: Mapping[str, str | None] | None = None
+    ) -> Instruction:
+        """The instruction `text` asks for or, without text, the five `fields`, held to the game
+        (`animegamer.instruction`); `gr.Error` saying what is wrong. Changes no game."""
+        context = self.command_context(session)
+        try:
+            if fields is None or (text and text.strip()):
+                return read_instruction(text, context)
+            return check_instruction(make_instruction(fields), context)
+        except OtherCharacterError as error:
+            playing = self.character(error.playing).display_name
+            named = self.character(error.named).display_name
+            raise user_error(
+                f"This game plays {playing}. To play {named}, choose them in the character list "
+                "(that starts a new game).",
+                "Another character",
+            ) from error
+        except InstructionError as error:
+            raise user_error(str(error), "Invalid instruction") from error
 
     def default_command(self, session: Session) -> str:
         return format_command(self.command_context(session).fallback)
@@ -460,12 +464,11 @@ class GameUI:
         played (gaps filled), and the story with a pending bubble. Changes no game."""
         player = player or self.new_player()
         session = player.session
+        instruction = self.read(session, text)
         try:
-            instruction = read_command(text, self.command_context(session))
             check_room_for_turn(session)
         except InstructionError as error:
             raise user_error(str(error), "Invalid instruction") from error
-        self._check_character(session, instruction)
         eta = eta_seconds([turn.timings.total_s for turn in session.turns])
         chat = views.pending_messages(
             session, self.short_name(session.character), instruction, eta
@@ -482,16 +485,14 @@ class GameUI:
     ) -> Update:
         """Play one turn from the free text when it is filled in, else from the five fields."""
         player = player or self.new_player()
+        instruction = self.read(player.session, text, fields)
         try:
-            instruction = (
-                parse_instruction_text(text) if text and text.strip()
-                else make_instruction(fields)
-            )
             check_room_for_turn(player.session)
+            seed_value = parse_seed(seed)
+        except SeedError as error:
+            raise user_error(str(error), "Invalid seed") from error
         except InstructionError as error:
             raise user_error(str(error), "Invalid instruction") from error
-        self._check_character(player.session, instruction)
-        seed_value = parse_seed(seed)
         self.tidy()
         started = self.clock()
         eta = eta_seconds([turn.timings.total_s for turn in player.session.turns])
@@ -575,13 +576,10 @@ class GameUI:
         )
         return Update(player, self.screen(player, message), fields, message)
 
-    def fill_from_text(self, text: str | None) -> tuple[str, ...]:
-        """The five fields read from `Character: …; Motion: …; Background: …`."""
-        try:
-            instruction = parse_instruction_text(text or "")
-        except InstructionError as error:
-            raise user_error(str(error), "Could not read the instruction") from error
-        return tuple(instruction.fields().values())
+    def parse(self, player: Player | None, text: str | None) -> tuple[str, ...]:
+        """The five fields a text asks for in the player's game, as `play` would play them."""
+        player = player or self.new_player()
+        return tuple(self.read(player.session, text).fields().values())
 
     def save(self, player: Player | None) -> str:
         """Write the game to a zip file and return its path (for a download)."""
@@ -646,19 +644,6 @@ class GameUI:
             raise
 
     # Helpers -----------------------------------------------------------------------------
-
-    def _check_character(self, session: Session, instruction: Instruction) -> None:
-        playable = {c.name: (c.name, c.defaults.character) for c in self.registry.characters}
-        try:
-            check_character(session, instruction, playable)
-        except OtherCharacterError as error:
-            playing = self.character(error.playing).display_name
-            named = self.character(error.named).display_name
-            raise user_error(
-                f"This game plays {playing}. To play {named}, choose them in the character list "
-                "(that starts a new game).",
-                "Another character",
-            ) from error
 
     def _replace_game(self, player: Player, session: Session) -> Player:
         """The player with `session` as their game. The old game becomes the one to go back to

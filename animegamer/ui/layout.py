@@ -22,6 +22,7 @@ import gradio as gr
 
 from animegamer.characters import Character, Registry
 from animegamer.game import FIELD_LABELS, INSTRUCTION_FIELDS, MAX_FIELD_CHARS, make_instruction
+from animegamer.instruction import format_command
 from animegamer.savefile import MAX_FILE_BYTES
 from animegamer.settings import Settings
 from animegamer.ui.callbacks import (
@@ -33,7 +34,6 @@ from animegamer.ui.callbacks import (
     Update,
     discard_game_files,
 )
-from animegamer.ui.command import format_command
 from animegamer.ui.examples import DEFAULT_EXAMPLES_DIR, Playthrough, load_playthroughs
 from animegamer.ui.style import CSS
 from animegamer.ui.views import banner_html
@@ -376,8 +376,8 @@ def build_app(
         def on_playthrough(slot: GameSlot) -> str:
             return slot.read(ui.playthrough)
 
-        def on_fill(instruction_text: str) -> list[Any]:
-            return [*ui.fill_from_text(instruction_text), ""]
+        def on_fill(slot: GameSlot, instruction_text: str) -> list[Any]:
+            return [*ui.parse(slot.player, instruction_text), ""]
 
         # Events with queue=False answer at once but cannot show an error toast: only those that
         # never raise use it.
@@ -445,7 +445,7 @@ def build_app(
                 api_visibility="private",
             )
 
-        fill.click(on_fill, inputs=[text], outputs=[*fields, text], api_name="parse")
+        fill.click(on_fill, inputs=[player, text], outputs=[*fields, text], api_name="parse")
         then_after(undo.click(
             on_undo, inputs=[player], outputs=[player, *screen, *fields], api_name="undo",
             **game_light,

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from animegamer.game import GAUGE_MAX, Gauges, Instruction, Session, Turn
-from animegamer.ui.command import format_command
+from animegamer.instruction import format_command
 from animegamer.ui.story import motion_words, nudges, turn_sentence
 
 GAUGE_LABELS = {"stamina": "Stamina", "social": "Social", "entertainment": "Entertainment"}
