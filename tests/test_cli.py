@@ -16,7 +16,7 @@ def test_play_prints_each_turn_and_saves_the_game(tmp_path, capsys):
                  "--out", str(tmp_path / "clips"), "--save", str(tmp_path / "game.zip")])
     out = capsys.readouterr().out
     assert code == 0
-    assert "engine: preview" in out
+    assert "Qiqi: tiny untrained models (preview, CPU)" in out
     assert "turn 1: " + FIRST in out and "turn 2: " + SECOND in out
     assert "seed 11" in out and "seed 12" in out
     names = set(load_registry().names)
@@ -47,4 +47,7 @@ def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypat
     monkeypatch.setattr("animegamer.engine.resolve_character", unreachable)
     code = main(["play", "--engine", "real", FIRST, "--out", str(tmp_path)])
     assert code == 2
-    assert capsys.readouterr().err == "error: Qiqi: the Hub cannot be reached\n"
+    assert capsys.readouterr().err == (
+        "error: no character can be played here: Qiqi: unavailable (Qiqi: the Hub cannot be "
+        "reached)\n"
+    )

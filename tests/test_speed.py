@@ -249,9 +249,15 @@ def test_regional_compile_keeps_the_output(representation):
                                atol=1e-5, rtol=0)
 
 
-def test_real_engine_applies_the_preset(tmp_path):
+def test_real_engine_applies_the_preset(tmp_path, monkeypatch):
+    """A folder too large for the CPU plays on the real engine's placement, under the preset."""
+    from animegamer import engine as engine_module
+    from animegamer.convert.character import write_manifest
+
+    monkeypatch.setattr(engine_module, "CPU_WEIGHTS_LIMIT_BYTES", 0)
     settings = Settings(engine="real", preset="fast", steps=50, output_dir=tmp_path / "out")
     directory = build_preview_directory(tmp_path / "character")
+    write_manifest(directory, "Qiqi", {})
     engine = create_engine(settings, lambda name: directory, ["Qiqi"])
     models = engine.models_for("Qiqi")
     assert engine.kind == "real" and engine.num_inference_steps == FAST_STEPS

@@ -26,12 +26,14 @@ from pathlib import Path
 import torch
 
 from animegamer.characters import RegistryError, load_registry
+from animegamer.clips import ClipStore
 from animegamer.convert.character import read_manifest
 from animegamer.convert.errors import ConversionError
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels
 from animegamer.devices import choose_placement
 from animegamer.engine import (
     EngineError,
+    GameEngine,
     TurnEngine,
     create_preview_engine,
     create_registry_engine,
@@ -52,7 +54,7 @@ from animegamer.hub import HubError
 from animegamer.nano import NANO_NAME
 from animegamer.nano.probes import NanoProbes
 from animegamer.nano.vocabulary import CHARACTERS as NANO_CHARACTERS
-from animegamer.settings import Settings, SettingsError
+from animegamer.settings import EngineKind, Settings, SettingsError
 
 EXIT_ERROR = 2
 JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
@@ -68,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, required=True, help="report folder (resumable)")
     parser.add_argument("--turns", type=int, default=10, help="turns per game (default 10)")
     parser.add_argument("--limit", type=int, help="play only the first N games")
-    parser.add_argument("--engine", choices=("real", "preview"), default="real",
+    parser.add_argument("--engine", choices=(EngineKind.REAL, EngineKind.PREVIEW),
+                        default=EngineKind.REAL, type=EngineKind,
                         help="real models (registry or --models) or the tiny preview models")
     parser.add_argument("--models", type=Path,
                         help="a character folder in the project layout (e.g. a trained Nano)")
@@ -92,16 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine(args: argparse.Namespace, settings: Settings) -> TurnEngine:
-    if args.engine == "preview":
+def _engine(args: argparse.Namespace, settings: Settings) -> TurnEngine | GameEngine:
+    if args.engine == EngineKind.PREVIEW:
         return create_preview_engine(settings)
     if args.models is not None:
         placement = choose_placement(settings.low_vram, settings.zero_gpu)
         folder: Path = args.models
         engine = TurnEngine(
             lambda character, placement: load_character_models(folder, placement),
-            kind="real", placement=placement, num_inference_steps=settings.steps,
-            guidance_scale=settings.guidance_scale, output_dir=settings.output_dir,
+            kind=EngineKind.REAL, placement=placement, num_inference_steps=settings.steps,
+            guidance_scale=settings.guidance_scale, clips=ClipStore(settings.output_dir),
         )
         engine.load(args.character)
         return engine

@@ -43,7 +43,9 @@ from animegamer.tokens import (
     FRAME0_ID,
     FRAME_END_ID,
     FRAME_ID,
+    STATE_GRAMMAR,
     STATE_TOKENS_GENERATED,
+    STRENGTH_IDS,
     GameStates,
     HistoryTurn,
     Prompt,
@@ -130,16 +132,26 @@ class GameStateOutput(ModelOutput):
 
 
 def _states_or_zeros(generated: list[int]) -> GameStates:
-    """The parsed states; malformed output gives all zeros and a warning."""
+    """The parsed states; malformed output gives all zeros, marked `unreadable`, and a
+    warning."""
     states = parse_state_ids(generated)
     if states is None:
         logger.warning("malformed state tokens %s; using zeros", generated)
-        return GameStates()
+        return GameStates(unreadable=True)
     return states
 
 
 def _text(instruction: Instruction | str) -> str:
     return instruction if isinstance(instruction, str) else instruction.text
+
+
+def _in_grammar(scores: torch.Tensor, expected: int | None) -> torch.Tensor:
+    """The id [1, 1] that `STATE_GRAMMAR` allows at a position: its fixed id, or the
+    `<Strength_v>` with the best score."""
+    if expected is not None:
+        return torch.tensor([[expected]], device=scores.device)
+    strengths = scores[:, STRENGTH_IDS.start:STRENGTH_IDS.stop]
+    return strengths.argmax(-1, keepdim=True) + STRENGTH_IDS.start
 
 
 class GameStateModel(PreTrainedModel):
@@ -412,7 +424,7 @@ class GameStateModel(PreTrainedModel):
         representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
         logits = self.language_model.lm_head(hidden[:, -1])
         return representation, self._greedy_state_ids(
-            prompt.input_ids, logits, output.past_key_values
+            prompt.input_ids, logits, output.past_key_values, in_grammar=True
         )
 
     @torch.no_grad()
@@ -447,13 +459,23 @@ class GameStateModel(PreTrainedModel):
             prompt.input_ids, logits, causal.past_key_values
         )
 
-    def _greedy_state_ids(self, ids: torch.Tensor, logits: torch.Tensor, cache: Any) -> list[int]:
-        """Greedy state ids under `FrameTokenRule`, from the prompt's last logits and cache."""
+    def _greedy_state_ids(
+        self, ids: torch.Tensor, logits: torch.Tensor, cache: Any, in_grammar: bool = False
+    ) -> list[int]:
+        """Greedy state ids under `FrameTokenRule`, from the prompt's last logits and cache.
+
+        `in_grammar` (models trained here): each id is held to `STATE_GRAMMAR`, the fixed ids
+        given and each strength the best `<Strength_v>`. The fixed ids carry nothing, and a
+        briefly trained model (the CPU recipe's few steps) otherwise writes text tokens there:
+        its states would all be unreadable. A model that follows the grammar decodes the same.
+        """
         decoder, rule = self.language_model.model, FrameTokenRule()
         generated: list[int] = []
-        for _ in range(STATE_TOKENS_GENERATED):
+        for position in range(STATE_TOKENS_GENERATED):
             scores = rule(cast(torch.LongTensor, ids), cast(torch.FloatTensor, logits.float()))
             next_id = scores.argmax(-1, keepdim=True)
+            if in_grammar:
+                next_id = _in_grammar(scores, STATE_GRAMMAR[position])
             generated.append(int(next_id))
             if generated[-1] == EOS_ID or len(generated) == STATE_TOKENS_GENERATED:
                 break

@@ -14,6 +14,7 @@ import errno
 import html
 import logging
 import threading
+from textwrap import shorten
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +31,7 @@ import torch
 from animegamer.characters import Character, Registry, RegistryError
 from animegamer.clips import DELETE_GRACE_S, ClipStore, player_folder, remove_inside
 from animegamer.devices import Placement
-from animegamer.engine import EngineError
+from animegamer.engine import Casting, EngineError
 from animegamer.game import (
     INSTRUCTION_FIELDS,
     Instruction,
@@ -43,6 +44,7 @@ from animegamer.game import (
     make_instruction,
     new_session,
     parse_instruction_text,
+    turn_note,
     undo,
 )
 from animegamer.game import parse_seed as game_parse_seed
@@ -60,13 +62,12 @@ GPU_BASE_SECONDS = 20
 GPU_SECONDS_PER_STEP = 1.0
 GPU_MAX_SECONDS = 300
 MAX_NAME_CHARS = 100
+PICKER_REASON_CHARS = 80
 SESSION_TTL_S = 3 * 3600
 """A browser session's game is forgotten after this long without an action."""
 SESSION_FILES_MAX_AGE_S = SESSION_TTL_S + 3600
 """Files untouched this long belong to no live game (Gradio keeps a closed tab's state 1 h)."""
 SWEEP_INTERVAL_S = 3600
-CPU_KINDS = frozenset({"preview", "nano"})
-"""Engines that play on the CPU: a ZeroGPU reservation would only spend the visitor's quota."""
 ACTION_WAIT_S = GPU_MAX_SECONDS + 60
 """How long an action waits for the same game's running action (at most a whole turn)."""
 
@@ -88,10 +89,12 @@ class TurnRunner(Protocol):
 
 
 class Engine(Protocol):
-    """What the UI needs of `animegamer.engine.TurnEngine`."""
+    """What the UI needs of `animegamer.engine.GameEngine` (or of one `TurnEngine`)."""
 
     @property
     def kind(self) -> str: ...
+
+    def casting(self, character: str) -> Casting: ...
 
     notice: str
     num_inference_steps: int
@@ -246,9 +249,20 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         with turn_errors():
             return engine.play(session, instruction, seed=seed, progress=report)
 
-    if engine.kind in CPU_KINDS:
-        return run_turn
-    return spaces.GPU(duration=duration)(run_turn)
+    on_gpu = spaces.GPU(duration=duration)(run_turn)
+
+    def run_where_it_plays(
+        session: Session,
+        instruction: Instruction,
+        seed: int | None,
+        progress: Progress | None = None,
+    ) -> Session:
+        """A character that plays on the CPU takes no ZeroGPU reservation: it would only
+        spend the visitor's quota."""
+        on_cpu = engine.casting(session.character).on_cpu
+        return (run_turn if on_cpu else on_gpu)(session, instruction, seed, progress)
+
+    return run_where_it_plays
 
 
 @dataclass(frozen=True)
@@ -370,7 +384,11 @@ class GameUI:
 
     @property
     def default_character(self) -> Character:
-        return self.registry.characters[0]
+        """The first character that can be played here (the engine says which can)."""
+        return next(
+            (c for c in self.registry.characters if self.engine.casting(c.name).available),
+            self.registry.characters[0],
+        )
 
     def character(self, name: str) -> Character:
         if len(name) > MAX_NAME_CHARS:
@@ -382,6 +400,18 @@ class GameUI:
             return self.registry.get(name)
         except RegistryError as error:
             raise user_error(str(error), "Unknown character") from error
+
+    def character_choices(self) -> list[tuple[str, str]]:
+        """The picker's `(label, name)` pairs: every character of the registry, those that
+        cannot be played here labelled with the reason."""
+        choices = []
+        for character in self.registry.characters:
+            casting = self.engine.casting(character.name)
+            label = character.display_name
+            if not casting.available:
+                label += f" (unavailable: {shorten(casting.unavailable, PICKER_REASON_CHARS)})"
+            choices.append((label, character.name))
+        return choices
 
     def new_player(self, character: str | None = None) -> Player:
         name = character or self.default_character.name
@@ -401,7 +431,8 @@ class GameUI:
 
     def vocabulary(self, name: str) -> dict[str, list[str]]:
         """The suggestion chips for the character `name` on this engine."""
-        return vocabulary_for(self.character(name), self.engine)
+        character = self.character(name)
+        return vocabulary_for(character, self.engine.casting(character.name))
 
     def command_context(self, session: Session) -> CommandContext:
         """What a command may leave out: the character's default adverb, and the time and
@@ -430,7 +461,7 @@ class GameUI:
         if player.last_elapsed_s is not None:
             status += f"  \nLast turn took {player.last_elapsed_s:.1f} s."
         return Screen(
-            summary=views.game_summary(session, self.engine.kind),
+            summary=views.game_summary(session, self.engine.casting(session.character).kind),
             chat=views.chat_messages(session, self.short_name(session.character)),
             clip=views.newest_clip(session),
             gallery=views.gallery_items(session),
@@ -512,7 +543,8 @@ class GameUI:
         release_free_memory()
         player = dataclasses.replace(player, session=session, last_elapsed_s=elapsed)
         turn = session.turns[-1]
-        message = f"Turn {turn.index} played (seed {turn.seed})."
+        message = " ".join(filter(None, [f"Turn {turn.index} played (seed {turn.seed}).",
+                                         turn_note(turn)]))
         return Update(player, self.screen(player, message), tuple(instruction.fields().values()))
 
     def undo(self, player: Player | None) -> Update:
@@ -545,6 +577,12 @@ class GameUI:
         player = player or self.new_player()
         self.tidy()
         character = self.character(name or "")
+        casting = self.engine.casting(character.name)
+        if not casting.available:
+            raise user_error(
+                f"{character.display_name} cannot be played here: {casting.unavailable}",
+                "Character unavailable",
+            )
         if character.name == player.session.character and not player.session.turns:
             message = f"Playing {character.display_name}."
         else:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from animegamer.characters import Character
+from animegamer.settings import EngineKind
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +74,14 @@ def nano_vocabulary(character: str | None = None) -> dict[str, list[str]] | None
 
 
 def vocabulary_for(character: Character, engine: HasKind) -> dict[str, list[str]]:
-    """The chips for `character` on `engine`: `{"adverbs": [...], "motions": [...], "times":
-    [...], "places": [...]}`.
+    """The chips for `character` on `engine` (what plays it: its `Casting`): `{"adverbs":
+    [...], "motions": [...], "times": [...], "places": [...]}`.
 
     On the Nano world a part that the world leaves empty, or the whole vocabulary when its
     module is missing, falls back to the registry's words.
     """
     own = registry_vocabulary(character)
-    if engine.kind != "nano":
+    if engine.kind != EngineKind.NANO:
         return own
     nano = nano_vocabulary(character.name)
     if nano is None:
