@@ -334,7 +334,7 @@ def create_preview_engine(
     engine = _shared_models_engine(
         models, EngineKind.PREVIEW, settings.preview_steps, settings, notice, clips
     )
-    engine.weights, engine.origin = "tiny untrained models", "preview"
+    engine.weights, engine.origin = "tiny untrained models", EngineKind.PREVIEW.value
     return engine
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from animegamer.__main__ import main
+import dataclasses
+
+from animegamer.__main__ import describe, main
 from animegamer.characters import load_registry
 from animegamer.hub import HubError
 from animegamer.savefile import load_game
@@ -51,3 +53,15 @@ def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypat
         "error: no character can be played here: Qiqi: unavailable (Qiqi: the Hub cannot be "
         "reached)\n"
     )
+
+
+def test_a_turn_whose_states_could_not_be_read_says_so():
+    from animegamer.game import GameStates, Gauges, Timings, Turn, make_instruction
+
+    instruction = make_instruction({"character": "Qiqi", "adverb": "gently", "motion": "walk",
+                                    "time": "day", "place": "town"})
+    turn = Turn(1, instruction, GameStates(unreadable=True), 0, 0.0, Gauges(), 1, "c.mp4",
+                Timings())
+    assert describe(turn).endswith("note: The game-state model's state tokens could not be "
+                                   "read: this turn's states count as zero.")
+    assert "note:" not in describe(dataclasses.replace(turn, states=GameStates()))

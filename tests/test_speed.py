@@ -267,8 +267,9 @@ def test_real_engine_applies_the_preset(tmp_path, monkeypatch):
 
 def test_turn_benchmark_reports_every_preset_on_cpu(benchmark, tmp_path):
     out = tmp_path / "turn.json"
-    assert benchmark.main(["--size", "tiny", "--turns", "2", "--warmup", "0", "--steps", "4",
-                           "--window", "2", "--out", str(out)]) == 0
+    configured = FAST_STEPS + 1  # the fast preset plays one step fewer: its clip differs
+    assert benchmark.main(["--size", "tiny", "--turns", "2", "--warmup", "0",
+                           "--steps", str(configured), "--window", "2", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["size"] == "tiny" and result["attention"]["all_sdpa"]
     presets = result["presets"]
@@ -276,14 +277,15 @@ def test_turn_benchmark_reports_every_preset_on_cpu(benchmark, tmp_path):
     for name, report in presets.items():
         assert len(report["turns"]) == 2, name
         assert report["peak_rss_mib"] > 0
+        assert report["steps"] == (FAST_STEPS if name == "fast" else configured)
         for turn in report["turns"]:
-            assert len(turn["denoising_steps"]) == 4
+            assert len(turn["denoising_steps"]) == report["steps"]
             stages = ("prompt", "representation", "state_generation", "vae_decode", "mp4_write")
             assert all(turn[stage] > 0 for stage in stages)
             assert turn["total"] >= sum(turn[stage] for stage in stages)
             assert (turn["prefill"] > 0) == report["shared_prefill"]
-    assert presets["quality"]["clip_mean_abs_diff_vs_quality"] == 0.0
-    assert presets["fast"]["clip_mean_abs_diff_vs_quality"] < 1e-3
+    # the reported difference is measured: a clip of other steps differs, a little
+    assert 0 < presets["fast"]["clip_mean_abs_diff_vs_quality"] < 0.05
     assert presets["low-vram"]["clip_mean_abs_diff_vs_quality"] < 0.05
     assert not np.isnan(presets["fast"]["median_total_s"])
 

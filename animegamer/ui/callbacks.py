@@ -14,13 +14,13 @@ import errno
 import html
 import logging
 import threading
-from textwrap import shorten
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from textwrap import shorten
 from typing import Any, NamedTuple, Protocol
 
 import gradio as gr
@@ -29,7 +29,7 @@ import spaces
 import torch
 
 from animegamer.characters import Character, Registry, RegistryError
-from animegamer.clips import DELETE_GRACE_S, ClipStore, player_folder, remove_inside
+from animegamer.clips import DELETE_GRACE_S, ClipStore
 from animegamer.devices import Placement
 from animegamer.engine import Casting, EngineError
 from animegamer.game import (
@@ -351,12 +351,7 @@ def discard_game_files(slot: GameSlot | None) -> None:
     if slot is None or slot.player is None:
         return
     player = slot.player
-    folders = {player_folder(slot.root, player.player_id)}
-    for session in (player.session, player.previous_game):
-        if session is not None:
-            folders |= {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
-            folders.add(slot.root / session.session_id)
-    remove_inside(slot.root, folders)
+    ClipStore(slot.root).end_player(player.player_id, (player.session, player.previous_game))
 
 
 class GameUI:
@@ -478,11 +473,11 @@ class GameUI:
 
     def tidy(self) -> None:
         """Delete discarded files that are due, and (hourly) folders nobody will come back to."""
-        self.files.empty_trash()
         now = time.monotonic()
-        if now >= self._next_sweep:
+        sweep = now >= self._next_sweep
+        if sweep:
             self._next_sweep = now + SWEEP_INTERVAL_S
-            self.files.sweep(SESSION_FILES_MAX_AGE_S)
+        self.files.tidy(SESSION_FILES_MAX_AGE_S if sweep else None)
 
     # Actions -----------------------------------------------------------------------------
 
@@ -556,7 +551,7 @@ class GameUI:
             raise user_error(str(error), "Nothing to undo") from error
         removed = player.session.turns[-1]
         if removed.clip_path:
-            self.files.discard([Path(removed.clip_path)], self.delete_grace_s)
+            self.files.discard_clip(removed.clip_path, self.delete_grace_s)
         player = dataclasses.replace(player, session=session)
         fields = tuple(removed.instruction.fields().values())
         return Update(player, self.screen(player, f"Turn {removed.index} undone."), fields)
@@ -643,7 +638,7 @@ class GameUI:
             raise user_error("Choose a saved game (.zip) to load.", "Nothing to load")
         self.tidy()
         session_id = uuid.uuid4().hex
-        clip_dir = self.root / session_id
+        clip_dir = self.files.game_folder(session_id)
         try:
             loaded = load_game(
                 path, clip_dir, set(self.registry.names), self.engine.representation_dim
@@ -651,8 +646,7 @@ class GameUI:
         except SaveFileError as error:
             raise user_error(str(error), "Cannot load this saved game") from error
         finally:
-            if not any(clip_dir.iterdir() if clip_dir.is_dir() else ()):
-                remove_inside(self.root, [clip_dir])
+            self.files.forget_if_empty(clip_dir)
         session = dataclasses.replace(loaded, session_id=session_id)
         player = self._replace_game(player, session)
         fields = (
@@ -706,12 +700,7 @@ class GameUI:
         old = player.session
         keep, drop = (old, player.previous_game) if old.turns else (player.previous_game, old)
         if drop is not None:
-            self.files.discard(
-                self.files.game_files(
-                    player.player_id, drop.session_id, (turn.clip_path for turn in drop.turns)
-                ),
-                self.delete_grace_s,
-            )
+            self.files.end_game(player.player_id, drop, self.delete_grace_s)
         return dataclasses.replace(
             player, session=session, last_elapsed_s=None, previous_game=keep
         )
