@@ -600,9 +600,12 @@ def _assemble(
     engines: dict[str, TurnEngine] = {}
     castings: list[Casting] = []
     for on_cpu in (True, False):
-        own = {c.name: c.directory for c in casts if c.directory and c.on_cpu == on_cpu}
+        own: dict[str, Path] = {}
+        for cast in casts:
+            if cast.directory is not None and cast.on_cpu == on_cpu:
+                own[cast.name] = cast.directory
         if own:
-            shared = _own_weights_engine(settings, own, on_cpu, clips)  # type: ignore[arg-type]
+            shared = _own_weights_engine(settings, own, on_cpu, clips)
             engines |= dict.fromkeys(own, shared)
     stand_ins = [c for c in casts if c.stand_in_note]
     stand_in = create_cpu_engine(settings, reason, clips) if stand_ins else None
@@ -610,9 +613,9 @@ def _assemble(
         if cast.unavailable:
             castings.append(Casting(cast.name, EngineKind.REAL, unavailable=cast.unavailable))
         elif cast.directory is not None:
-            castings.append(Casting(
-                cast.name, EngineKind.REAL, shown_path(cast.directory),
-                folder_origin(cast.directory), "CPU" if cast.on_cpu else "GPU",
+            castings.append(dataclasses.replace(
+                engines[cast.name].casting(cast.name),
+                weights=shown_path(cast.directory), origin=folder_origin(cast.directory),
             ))
         else:
             assert stand_in is not None

@@ -33,7 +33,6 @@ from animegamer.data.flow import LEVEL_COUNT, MotionLevels
 from animegamer.devices import choose_placement
 from animegamer.engine import (
     EngineError,
-    GameEngine,
     TurnEngine,
     create_preview_engine,
     create_registry_engine,
@@ -95,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine(args: argparse.Namespace, settings: Settings) -> TurnEngine | GameEngine:
+def _engine(args: argparse.Namespace, settings: Settings) -> TurnEngine:
     if args.engine == EngineKind.PREVIEW:
         return create_preview_engine(settings)
     if args.models is not None:
@@ -109,7 +108,8 @@ def _engine(args: argparse.Namespace, settings: Settings) -> TurnEngine | GameEn
         engine.load(args.character)
         return engine
     registry = load_registry(settings.registry_path)
-    return create_registry_engine(settings, registry, [registry.get(args.character).name])
+    name = registry.get(args.character).name
+    return create_registry_engine(settings, registry, [name]).engine_for(name)
 
 
 def _reference(args: argparse.Namespace, settings: Settings, found: Path | None) -> Path | None:
