@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from animegamer.engine import create_preview_engine
 from animegamer.game import make_instruction, new_session
-from animegamer.mp4check import check_mp4
 from animegamer.playthrough import concat_mp4
 from animegamer.settings import EngineKind, Settings
 from animegamer.video import write_mp4
@@ -74,7 +73,7 @@ def main() -> None:
         out = concat_mp4(clips, root / "playthrough.mp4")
         built = time.perf_counter() - started
         print(f"{args.turns}-turn playthrough: built in {built:.2f} s "
-              f"({check_mp4(out).frames} frames, {out.stat().st_size / 2**20:.1f} MiB)")
+              f"({out.stat().st_size / 2**20:.1f} MiB)")
 
         settings = Settings(engine=EngineKind.PREVIEW, preview_steps=args.steps,
                             output_dir=root / "out")
