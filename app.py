@@ -5,12 +5,17 @@ Without a GPU or without the checkpoints, the game runs on the preview engine an
 """
 
 import logging
+import sys
 
 from animegamer.ui import create_app
+from animegamer.ui.startup import StartupError
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-demo, launch_kwargs = create_app()
+try:
+    demo, launch_kwargs = create_app()
+except StartupError as error:
+    sys.exit(f"AnimeGamer cannot start: {error}")
 
 if __name__ == "__main__":
     demo.launch(**launch_kwargs)

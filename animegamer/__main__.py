@@ -16,11 +16,11 @@ from pathlib import Path
 from animegamer.characters import Registry, RegistryError, load_registry
 from animegamer.convert.errors import ConversionError
 from animegamer.engine import EngineError, create_registry_engine
-from animegamer.game import Instruction, InstructionError, Turn, new_session
+from animegamer.game import Instruction, InstructionError, Turn, new_session, turn_note
 from animegamer.hub import HubError
 from animegamer.instruction import ClosedVocabulary, game_context, read_instruction
 from animegamer.savefile import save_game
-from animegamer.settings import ENGINE_KINDS, Settings, SettingsError
+from animegamer.settings import EngineKind, Settings, SettingsError
 
 EXIT_ERROR = 2
 
@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--character", default=None, help="registry character (default: the first)")
     play.add_argument("--out", type=Path, required=True, help="folder for the clips")
     play.add_argument("--save", type=Path, help="also write the saved game to this file")
-    play.add_argument("--engine", choices=ENGINE_KINDS, help="default: ANIMEGAMER_ENGINE or auto")
+    play.add_argument("--engine", choices=[kind.value for kind in EngineKind],
+                      help="default: ANIMEGAMER_ENGINE or auto (each character's own weights "
+                      "where they can play here)")
     play.add_argument("--seed", type=int, help="seed of the first turn (then +1 per turn)")
     play.add_argument("--window", type=int, help="turns the game-state model sees (1..5)")
     play.add_argument("--steps", type=int, help="diffusion steps of the decoder")
@@ -47,13 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def describe(turn: Turn) -> str:
     s, g = turn.states, turn.gauges
+    note = turn_note(turn)
     return (
         f"turn {turn.index}: {turn.instruction.text}\n"
         f"  states ML={s.ml} SC={s.sc:+d} ET={s.et:+d} ST={s.st:+d} (motion scope "
         f"{turn.motion_scope:g}, seed {turn.seed})\n"
         f"  gauges stamina={g.stamina} social={g.social} entertainment={g.entertainment}\n"
         f"  clip {turn.clip_path} ({turn.timings.total_s:.1f} s)"
-    )
+    ) + (f"\n  note: {note}" if note else "")
 
 
 def read_all(
@@ -85,8 +88,13 @@ def play(args: argparse.Namespace) -> int:
     registry = load_registry(settings.registry_path)
     character = registry.get(args.character or registry.characters[0].name).name
     engine = create_registry_engine(settings, registry, [character])
-    instructions = read_all(args.instructions, registry, character, engine.vocabulary)
-    print(f"engine: {engine.kind}" + (f" ({engine.notice})" if engine.notice else ""))
+    instructions = read_all(
+        args.instructions, registry, character, engine.vocabulary_for(character)
+    )
+    casting = engine.casting(character)
+    print(casting.describe())
+    if casting.kind != EngineKind.REAL:
+        print(engine.engine_for(character).notice)
     session = new_session(character, settings.window)
     for offset, instruction in enumerate(instructions):
         seed = None if args.seed is None else args.seed + offset

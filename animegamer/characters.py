@@ -258,16 +258,11 @@ class _Source(_Schema):
     @field_validator("repo")
     @classmethod
     def _local_or_hub(cls, repo: str, info: ValidationInfo) -> str:
-        """A local folder, made absolute, must exist; anything else must be a Hub repo id."""
+        """A local folder is made absolute (a missing one makes its character unavailable,
+        not the registry unreadable); anything else must be a Hub repo id."""
         if is_local_path(repo):
             path = Path(repo).expanduser()
-            path = path if path.is_absolute() else (_folder(info) / path).resolve()
-            if not path.is_dir():
-                raise ValueError(
-                    f"names the local folder {path}, which does not exist (a relative path "
-                    f"starts from the registry file's folder, {_folder(info)})"
-                )
-            return str(path)
+            return str(path if path.is_absolute() else (_folder(info) / path).resolve())
         if not _REPO_ID.fullmatch(repo):
             raise PydanticCustomError("repo_id", "not a Hub repo id")
         return repo

@@ -1,5 +1,10 @@
 """Where a server keeps its files (clips, saves, exports), and the one place that deletes them.
 
+The `ClipStore` owns every file below its folder for the files' whole life: the engine writes a
+turn's clip through it (`write_clip`), the UI says when a game or a player is over
+(`discard_clip`, `end_game`, `end_player`, `forget_if_empty`) and when to tidy (`tidy`); no other
+code computes its paths or deletes anything there.
+
 Layout under the output folder `root`:
 - `root/<session_id>/turn_…mp4`: the clips the engine writes for a game;
 - `root/players/<player_id>/<session_id>/<kind>/`: a player's saves, exports and loaded clips,
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from animegamer.game import Session
 from animegamer.video import write_mp4
 
 PLAYERS_FOLDER = "players"
@@ -79,20 +85,51 @@ class ClipStore:
             path.unlink(missing_ok=True)
             raise
 
+    def game_folder(self, session_id: str) -> Path:
+        """The folder of a game's clips (those played, or those a loaded save unpacks)."""
+        return self.root / session_id
+
+    def forget_if_empty(self, folder: Path) -> None:
+        """Remove a game folder that nothing was written to (a refused load)."""
+        if folder.is_dir() and not any(folder.iterdir()):
+            remove_inside(self.root, [folder])
+
     def workdir(self, player_id: str, session_id: str, kind: str) -> Path:
         """A player's folder for one game's `kind` of files (saves, exports, loaded clips)."""
         folder = player_folder(self.root, player_id) / session_id / kind
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def game_files(self, player_id: str, session_id: str, clip_paths: Iterable[str]) -> set[Path]:
+    def _game_files(self, player_id: str, session: Session) -> set[Path]:
         """Everything that belongs to one game: its clip folders and its player-side folder."""
-        folders = {Path(path).parent for path in clip_paths if path}
-        folders.add(self.root / session_id)
-        folders.add(player_folder(self.root, player_id) / session_id)
+        folders = {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
+        folders.add(self.game_folder(session.session_id))
+        folders.add(player_folder(self.root, player_id) / session.session_id)
         return folders
 
-    def discard(self, paths: Iterable[Path], grace_s: float = DELETE_GRACE_S) -> None:
+    def discard_clip(self, clip_path: str, grace_s: float = DELETE_GRACE_S) -> None:
+        """A turn taken back (undo): its clip goes after the grace period."""
+        self._discard([Path(clip_path)], grace_s)
+
+    def end_game(self, player_id: str, session: Session, grace_s: float = DELETE_GRACE_S) -> None:
+        """A game nobody can return to: its files go after the grace period."""
+        self._discard(self._game_files(player_id, session), grace_s)
+
+    def end_player(self, player_id: str, sessions: Iterable[Session | None]) -> None:
+        """A browser session that ended: its player's files and its games' clips go now."""
+        folders = {player_folder(self.root, player_id)}
+        for session in sessions:
+            if session is not None:
+                folders |= self._game_files(player_id, session)
+        remove_inside(self.root, folders)
+
+    def tidy(self, max_age_s: float | None = None) -> None:
+        """Delete what is due; with `max_age_s`, also what was left behind (`sweep`)."""
+        self.empty_trash()
+        if max_age_s is not None:
+            self.sweep(max_age_s)
+
+    def _discard(self, paths: Iterable[Path], grace_s: float) -> None:
         """Delete `paths` (files or folders below the root) once `grace_s` have passed."""
         due = self.clock() + grace_s
         with self._lock:

@@ -13,15 +13,15 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from animegamer.characters import Registry
+from animegamer.characters import Character, Registry
 from animegamer.clips import ClipStore
 from animegamer.devices import CPU_PLACEMENT, Placement, choose_placement
 from animegamer.game import (
@@ -44,17 +44,21 @@ from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentP
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.quantization import NO_QUANTIZATION, Quantization
-from animegamer.settings import Settings
+from animegamer.settings import EngineKind, Settings
 from animegamer.speed import apply_preset, get_preset
 
 logger = logging.getLogger(__name__)
 
-EngineKind = Literal["real", "nano", "preview"]
 ProgressCallback = Callable[[float, str], None]
 PreviewCallback = Callable[[ClipPreview], None]
 PREVIEW_REPRESENTATION_DIM = 64
-CPU_RESIDENT_CHARACTERS = 1 << 16
-"""Characters the CPU engines (Nano, preview) keep loaded: all (their models are small)."""
+SHARED_MODELS_CHARACTERS = 1 << 16
+"""Characters the stand-in engines (Nano, preview) keep loaded: all (their models are small)."""
+CPU_CHARACTERS = 8
+"""Small character folders the CPU keeps loaded at once (a tiny trained one is ~30 MB)."""
+CPU_WEIGHTS_LIMIT_BYTES = 1 << 30
+"""A character folder whose weights take at most this plays on the CPU (AnimeGamer-Nano's and
+a character trained with the CPU recipe take ~30 MB; the release's take ~20 GB)."""
 NANO_NOTICE = (
     "Playing AnimeGamer-Nano: a small anime world (64×96 clips) whose models this project trained "
     "on a CPU. With a GPU and the released checkpoints, the real AnimeGamer models play instead "
@@ -86,12 +90,46 @@ class CharacterModels:
     preview: LatentPreview | None = None
 
 
+@dataclass(frozen=True)
+class Casting:
+    """Which weights play one character here, or why it cannot be played.
+
+    `weights`: the folder (or the world) whose models play it; `origin`: where they come from
+    (`trained`, `converted`, `Nano world`, `preview`); `device`: `CPU` or `GPU`; `note`: why
+    a stand-in plays instead of the character's own weights; `unavailable`: why it cannot be
+    played at all (then nothing else matters).
+    """
+
+    character: str
+    kind: EngineKind
+    weights: str = ""
+    origin: str = ""
+    device: str = "CPU"
+    note: str = ""
+    unavailable: str = ""
+
+    @property
+    def available(self) -> bool:
+        return not self.unavailable
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device == "CPU"
+
+    def describe(self) -> str:
+        """One line for people: `Tux: runs/tux/character (trained, CPU)`."""
+        if self.unavailable:
+            return f"{self.character}: unavailable ({self.unavailable})"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.character}: {self.weights} ({self.origin}, {self.device}{note})"
+
+
 class TurnEngine:
     """Plays turns for any number of independent sessions on one set of models.
 
     The engine holds models, never game state: every call takes the session and returns a new one.
-    `kind` is `"preview"` when the tiny random-weight models stand in for the real ones, and
-    `notice` then says why, for the UI to show.
+    `kind` says which models these are (`EngineKind`); `notice` says why, for the UI to show;
+    `weights` and `origin` describe them for `casting`.
     """
 
     def __init__(
@@ -102,12 +140,14 @@ class TurnEngine:
         placement: Placement,
         num_inference_steps: int,
         guidance_scale: float,
-        output_dir: Path,
+        clips: ClipStore,
         notice: str = "",
         load_on_demand: bool = True,
         shared_prefill: bool = False,
         live_preview: bool = True,
         vocabulary: ClosedVocabulary | None = None,
+        weights: str = "",
+        origin: str = "",
     ) -> None:
         self.kind = kind
         self.vocabulary = vocabulary
@@ -117,8 +157,10 @@ class TurnEngine:
         self.placement = placement
         self.num_inference_steps = num_inference_steps
         self.guidance_scale = guidance_scale
-        self.clips = ClipStore(output_dir)
+        self.clips = clips
         self.notice = notice
+        self.weights = weights
+        self.origin = origin
         self.load_on_demand = load_on_demand
         self.shared_prefill = shared_prefill
         """The speed preset's switch: the game-state model computes the history prefix once
@@ -131,6 +173,16 @@ class TurnEngine:
         self._load_models = load_models
         self._models: OrderedDict[str, CharacterModels] = OrderedDict()
         self._lock = threading.Lock()
+
+    def vocabulary_for(self, character: str) -> ClosedVocabulary | None:
+        """The closed vocabulary of these models (the same for every character), or None."""
+        return self.vocabulary
+
+    def casting(self, character: str) -> Casting:
+        """What plays `character` here: this engine's models, for every character."""
+        device = "CPU" if self.placement.device == "cpu" else "GPU"
+        return Casting(character, self.kind, self.weights or self.kind.value,
+                       self.origin or self.kind.value, device)
 
     def load(self, character: str) -> CharacterModels:
         """Load a character's models now (start-up), evicting the least recently used ones
@@ -308,7 +360,30 @@ def build_preview_directory(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
-def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> TurnEngine:
+def weights_bytes(directory: Path) -> int:
+    """What a character folder's weights take on disk."""
+    return sum(path.stat().st_size for path in directory.rglob("*.safetensors"))
+
+
+def folder_origin(directory: Path) -> str:
+    """`trained` for a folder made by `animegamer.train` (its manifest names a dataset),
+    `converted` for the release's checkpoints converted."""
+    from animegamer.convert.character import read_manifest
+
+    return "trained" if "dataset" in read_manifest(directory).get("sources", {}) else "converted"
+
+
+def shown_path(directory: Path) -> str:
+    """A folder as people typed it: relative to the working folder when inside it."""
+    try:
+        return str(directory.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(directory)
+
+
+def create_preview_engine(
+    settings: Settings, notice: str = PREVIEW_NOTICE, clips: ClipStore | None = None
+) -> TurnEngine:
     """The real pipeline on tiny random weights, on the CPU, shared by every character."""
     with tempfile.TemporaryDirectory(prefix="animegamer-preview-") as folder:
         models = load_character_models(
@@ -316,9 +391,11 @@ def create_preview_engine(settings: Settings, notice: str = PREVIEW_NOTICE) -> T
             live_preview=settings.live_preview,
         )
     engine = _cpu_engine(
-        lambda character, placement: models, "preview", settings.preview_steps, settings, notice
+        lambda character, placement: models, EngineKind.PREVIEW, settings.preview_steps,
+        settings, notice, clips,
     )
     engine.representation_dim = models.game_state.representation_dim
+    engine.weights, engine.origin = "tiny untrained models", EngineKind.PREVIEW.value
     return engine
 
 
@@ -345,7 +422,9 @@ def nano_character_folders(nano_dir: Path) -> dict[str, Path]:
     return folders
 
 
-def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEngine:
+def create_nano_engine(
+    settings: Settings, notice: str = NANO_NOTICE, clips: ClipStore | None = None
+) -> TurnEngine:
     """AnimeGamer-Nano's trained models on the CPU: each character plays its own folder under
     `settings.nano_dir` (`nano_character_folders`), all loaded now, with the world's closed
     vocabulary; `EngineError` when they are missing or incomplete."""
@@ -363,22 +442,25 @@ def create_nano_engine(settings: Settings, notice: str = NANO_NOTICE) -> TurnEng
         )
 
     engine = _cpu_engine(
-        load, "nano", settings.nano_steps, settings, notice, closed_vocabulary()
+        load, EngineKind.NANO, settings.nano_steps, settings, notice, clips, closed_vocabulary()
     )
     for character in folders:
         engine.load(character)
+    engine.weights, engine.origin = shown_path(settings.nano_dir), "Nano world"
     return engine
 
 
-def create_cpu_engine(settings: Settings, reason: str = "") -> TurnEngine:
-    """What plays without the real models: the Nano world, or the preview engine when Nano's
-    weights are missing; `reason` (why the real models do not play) opens the notice."""
+def create_cpu_engine(
+    settings: Settings, reason: str = "", clips: ClipStore | None = None
+) -> TurnEngine:
+    """What stands in for characters without playable weights here: the Nano world, or the
+    preview engine when Nano's weights are missing; `reason` opens the notice."""
     lead = f"{reason} " if reason else ""
     try:
-        return create_nano_engine(settings, lead + NANO_NOTICE)
+        return create_nano_engine(settings, lead + NANO_NOTICE, clips)
     except EngineError as error:
         logger.warning("%s; using the preview engine", error)
-        return create_preview_engine(settings, lead + PREVIEW_NOTICE)
+        return create_preview_engine(settings, lead + PREVIEW_NOTICE, clips)
 
 
 def _cpu_engine(
@@ -387,18 +469,198 @@ def _cpu_engine(
     steps: int,
     settings: Settings,
     notice: str,
+    clips: ClipStore | None,
     vocabulary: ClosedVocabulary | None = None,
 ) -> TurnEngine:
     return TurnEngine(
         load,
         kind=kind,
-        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=CPU_RESIDENT_CHARACTERS),
+        placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=SHARED_MODELS_CHARACTERS),
         num_inference_steps=steps,
         guidance_scale=settings.guidance_scale,
-        output_dir=settings.output_dir,
+        clips=clips or ClipStore(settings.output_dir),
         notice=notice,
         live_preview=settings.live_preview,
         vocabulary=vocabulary,
+    )
+
+
+class GameEngine:
+    """Every character of the registry, each played by the `TurnEngine` its `Casting` names
+    (its own weights on a GPU or on the CPU, or a stand-in), all writing to one `ClipStore`.
+
+    It offers `TurnEngine`'s interface for the character a session plays; `kind`, `notice`,
+    `num_inference_steps`, `placement` and `representation_dim` are the default character's
+    (the first one that can be played).
+    """
+
+    def __init__(
+        self,
+        castings: Sequence[Casting],
+        engines: dict[str, TurnEngine],
+        clips: ClipStore,
+        notice: str = "",
+    ) -> None:
+        self.castings = {casting.character: casting for casting in castings}
+        self.clips = clips
+        self.notice = notice
+        self._engines = engines
+
+    @property
+    def available(self) -> list[str]:
+        return [name for name, casting in self.castings.items() if casting.available]
+
+    @property
+    def default_character(self) -> str:
+        """The first character that can be played (the registry's order)."""
+        available = self.available
+        if not available:
+            raise EngineError("no character can be played here")
+        return available[0]
+
+    @property
+    def _default(self) -> TurnEngine:
+        return self._engines[self.default_character]
+
+    @property
+    def kind(self) -> EngineKind:
+        return self.casting(self.default_character).kind
+
+    @property
+    def num_inference_steps(self) -> int:
+        return self._default.num_inference_steps
+
+    @property
+    def placement(self) -> Placement:
+        return self._default.placement
+
+    @property
+    def representation_dim(self) -> int | None:
+        return self._default.representation_dim
+
+    @property
+    def live_preview(self) -> bool:
+        return self._default.live_preview
+
+    def vocabulary_for(self, character: str) -> ClosedVocabulary | None:
+        """The closed vocabulary of the models playing `character` (Nano's), or None."""
+        casting = self.casting(character)
+        return self._engines[character].vocabulary if casting.available else None
+
+    def casting(self, character: str) -> Casting:
+        return self.castings.get(character) or Casting(
+            character, EngineKind.PREVIEW, unavailable="not a character of this registry"
+        )
+
+    def casting_lines(self) -> list[str]:
+        """Which weights each character plays: `Tux: runs/tux/character (trained, CPU)`."""
+        return [casting.describe() for casting in self.castings.values()]
+
+    def engine_for(self, character: str) -> TurnEngine:
+        """The engine playing `character`; `EngineError` with the reason when none can."""
+        casting = self.casting(character)
+        if not casting.available:
+            raise EngineError(f"{character} cannot be played here: {casting.unavailable}")
+        return self._engines[character]
+
+    def load(self, character: str) -> CharacterModels:
+        return self.engine_for(character).load(character)
+
+    def models_for(self, character: str) -> CharacterModels:
+        return self.engine_for(character).models_for(character)
+
+    def play(
+        self,
+        session: Session,
+        instruction: Instruction,
+        seed: int | None = None,
+        progress: ProgressCallback | None = None,
+        num_inference_steps: int | None = None,
+        on_preview: PreviewCallback | None = None,
+    ) -> Session:
+        """`TurnEngine.play` on the engine that plays the session's character."""
+        engine = self.engine_for(session.character)
+        return engine.play(session, instruction, seed, progress, num_inference_steps, on_preview)
+
+    def replace(self, casting: Casting, engine: TurnEngine | None = None) -> None:
+        """Cast `casting.character` anew (start-up only: a load failed)."""
+        self.castings[casting.character] = casting
+        if engine is not None:
+            self._engines[casting.character] = engine
+
+
+@dataclass
+class _Casting:
+    """What `create_engine` works out for one character before any model is loaded."""
+
+    name: str
+    directory: Path | None = None
+    on_cpu: bool = False
+    stand_in_note: str = ""
+    unavailable: str = ""
+
+
+def _cast(
+    name: str,
+    settings: Settings,
+    resolve_character: Callable[[str], Path],
+    local: bool,
+    gpu: bool,
+) -> _Casting:
+    """Own weights on the CPU (a small folder), on the GPU, a stand-in (`auto` only), or none.
+
+    A folder named in the registry that is missing or damaged makes the character unavailable:
+    the Nano world never silently plays in place of a creator's own character.
+    """
+    if not (gpu or local):
+        return _Casting(name, stand_in_note="its weights need a GPU")
+    try:
+        directory = resolve_character(name)
+    except Exception as error:
+        logger.warning("%s cannot play its own weights: %s", name, error)
+        if local or settings.engine == EngineKind.REAL:
+            return _Casting(name, unavailable=str(error))
+        return _Casting(name, stand_in_note=f"its weights could not be had: {error}")
+    if weights_bytes(directory) <= CPU_WEIGHTS_LIMIT_BYTES:
+        return _Casting(name, directory, on_cpu=True)
+    if not gpu:
+        return _Casting(name, stand_in_note="its weights need a GPU")
+    return _Casting(name, directory)
+
+
+def _own_weights_engine(
+    settings: Settings, directories: dict[str, Path], on_cpu: bool, clips: ClipStore
+) -> TurnEngine:
+    """The engine playing characters' own weights: small folders on the CPU (all resident),
+    the others on the GPU under the speed preset."""
+    preset = get_preset(settings.preset)
+    if on_cpu:
+        placement = dataclasses.replace(CPU_PLACEMENT, resident_characters=CPU_CHARACTERS)
+        steps = settings.nano_steps
+    else:
+        placement = choose_placement(preset.low_vram(settings.low_vram), settings.zero_gpu)
+        steps = preset.steps(settings.steps)
+
+    quantization = NO_QUANTIZATION if on_cpu else preset.quantization
+
+    def load(character: str, placement: Placement) -> CharacterModels:
+        models = load_character_models(
+            directories[character], placement, quantization, settings.live_preview
+        )
+        if not on_cpu and (preset.changes_models or settings.compile):
+            apply_preset(preset, models.decoder, settings.compile)
+        return models
+
+    return TurnEngine(
+        load,
+        kind=EngineKind.REAL,
+        placement=placement,
+        num_inference_steps=steps,
+        guidance_scale=settings.guidance_scale,
+        clips=clips,
+        load_on_demand=not placement.zero_gpu,
+        shared_prefill=not on_cpu and preset.shared_prefill,
+        live_preview=settings.live_preview,
     )
 
 
@@ -406,79 +668,98 @@ def create_engine(
     settings: Settings,
     resolve_character: Callable[[str], Path],
     characters: Sequence[str],
-) -> TurnEngine:
-    """The real engine when it can run, the Nano world (or the preview engine) otherwise
-    (`settings.engine = auto`).
+    local_characters: Collection[str] = frozenset(),
+) -> GameEngine:
+    """Each character played by its own weights where they can play here, by a stand-in
+    otherwise (`settings.engine = auto`); `nano` or `preview` force a stand-in for all.
 
-    Every character's checkpoints are resolved now (downloaded and converted once), so no turn
-    ever waits on a download. The first character's models are loaded now too, so the first
-    visitor does not wait; on ZeroGPU every character's are, as a GPU worker cannot keep a load.
-    A character whose checkpoints cannot be had stays listed but refuses turns with the reason.
+    `local_characters` name the characters whose weights are a local folder: they are checked
+    even without a GPU, and one that is small enough plays on the CPU. With a GPU every
+    character's checkpoints are resolved now (downloaded and converted once), so no turn waits
+    on a download. The first playable character's models are loaded now too; on ZeroGPU every
+    GPU character's are. A character that cannot be played stays listed with the reason;
+    `EngineError` when none can.
     """
-    if settings.engine == "preview":
-        return create_preview_engine(settings)
-    if settings.engine == "nano":
-        return create_nano_engine(settings)
-    if settings.engine == "auto" and not torch.cuda.is_available():
-        return create_cpu_engine(settings, "No GPU was found.")
-    preset = get_preset(settings.preset)
-    placement = choose_placement(preset.low_vram(settings.low_vram), settings.zero_gpu)
-    default, *others = characters
-    try:
-        directories = {default: resolve_character(default)}
-    except Exception as error:
-        return _preview_instead(settings, error)
-    unavailable: dict[str, str] = {}
-    for name in others:
-        try:
-            directories[name] = resolve_character(name)
-        except Exception as error:
-            logger.warning("%s cannot be played: %s", name, error)
-            unavailable[name] = str(error)
-
-    def load(character: str, placement: Placement) -> CharacterModels:
-        if character in unavailable:
-            raise EngineError(f"{character} cannot be played here: {unavailable[character]}")
-        models = load_character_models(
-            directories[character], placement, preset.quantization, settings.live_preview
-        )
-        if preset.changes_models or settings.compile:
-            apply_preset(preset, models.decoder, settings.compile)
-        return models
-
-    engine = TurnEngine(
-        load,
-        kind="real",
-        placement=placement,
-        num_inference_steps=preset.steps(settings.steps),
-        guidance_scale=settings.guidance_scale,
-        output_dir=settings.output_dir,
-        load_on_demand=not placement.zero_gpu,
-        shared_prefill=preset.shared_prefill,
-        live_preview=settings.live_preview,
-    )
-    try:
-        engine.load(default)
-    except Exception as error:
-        return _preview_instead(settings, error)
-    if placement.zero_gpu:
-        for name in others:
-            if name not in unavailable:
+    clips = ClipStore(settings.output_dir)
+    if settings.engine in (EngineKind.NANO, EngineKind.PREVIEW):
+        create = create_nano_engine if settings.engine == EngineKind.NANO else create_preview_engine
+        shared = create(settings, clips=clips)
+        castings = [shared.casting(name) for name in characters]
+        return GameEngine(castings, dict.fromkeys(characters, shared), clips, shared.notice)
+    gpu = torch.cuda.is_available()
+    casts = [
+        _cast(name, settings, resolve_character, name in local_characters,
+              gpu or settings.engine == EngineKind.REAL)
+        for name in characters
+    ]
+    engine = _assemble(settings, casts, clips, "" if gpu else "No GPU was found.")
+    _load_first_playable(engine, settings)
+    if engine.placement.zero_gpu:
+        for name in engine.available:
+            if not engine.casting(name).on_cpu:
                 engine.load(name)
     return engine
 
 
-def _preview_instead(settings: Settings, error: Exception) -> TurnEngine:
-    """`auto` falls back to the CPU engines, saying why; `real` fails loudly."""
-    if settings.engine == "real":
-        raise error
-    logger.warning("real engine unavailable, playing on the CPU: %s", error)
-    return create_cpu_engine(settings, f"The real models could not be loaded ({error}).")
+def _assemble(
+    settings: Settings, casts: Sequence[_Casting], clips: ClipStore, reason: str
+) -> GameEngine:
+    """The engines the casts need, each built once, and the `GameEngine` over them."""
+    engines: dict[str, TurnEngine] = {}
+    castings: list[Casting] = []
+    for on_cpu in (True, False):
+        own: dict[str, Path] = {}
+        for cast in casts:
+            if cast.directory is not None and cast.on_cpu == on_cpu:
+                own[cast.name] = cast.directory
+        if own:
+            shared = _own_weights_engine(settings, own, on_cpu, clips)
+            engines |= dict.fromkeys(own, shared)
+    stand_ins = [c for c in casts if c.stand_in_note]
+    stand_in = create_cpu_engine(settings, reason, clips) if stand_ins else None
+    for cast in casts:
+        if cast.unavailable:
+            castings.append(Casting(cast.name, EngineKind.REAL, unavailable=cast.unavailable))
+        elif cast.directory is not None:
+            castings.append(dataclasses.replace(
+                engines[cast.name].casting(cast.name),
+                weights=shown_path(cast.directory), origin=folder_origin(cast.directory),
+            ))
+        else:
+            assert stand_in is not None
+            engines[cast.name] = stand_in
+            castings.append(dataclasses.replace(
+                stand_in.casting(cast.name), note=cast.stand_in_note
+            ))
+    engine = GameEngine(castings, engines, clips)
+    engine.notice = _notice(engine, stand_in, reason)
+    return engine
+
+
+def _notice(engine: GameEngine, stand_in: TurnEngine | None, reason: str) -> str:
+    """What the banner's details say: why a stand-in plays, then who plays what."""
+    lead = stand_in.notice if stand_in is not None else reason
+    return " ".join(filter(None, [lead, "Characters: " + "; ".join(engine.casting_lines()) + "."]))
+
+
+def _load_first_playable(engine: GameEngine, settings: Settings) -> None:
+    """Load the default character now, so the first visitor does not wait; one whose models
+    fail to load becomes unavailable with the reason, and the next one is tried. `EngineError`,
+    naming every character's reason, when none loads."""
+    while engine.available:
+        name = engine.default_character
+        try:
+            engine.load(name)
+            return
+        except Exception as error:
+            logger.warning("%s cannot be loaded: %s", name, error)
+            engine.replace(dataclasses.replace(engine.casting(name), unavailable=str(error)))
+    raise EngineError("no character can be played here: " + "; ".join(engine.casting_lines()))
 
 
 def create_registry_engine(
     settings: Settings, registry: Registry, characters: Sequence[str] | None = None
-) -> TurnEngine:
+) -> GameEngine:
     """`create_engine` with checkpoints resolved from the character registry (app and CLI).
 
     `characters` (default: all of the registry, the first one loaded first) limits what is
@@ -490,4 +771,10 @@ def create_registry_engine(
             registry.get(name), settings.cache_dir, check_resources=settings.resource_checks
         )
 
-    return create_engine(settings, resolve, characters or registry.names)
+    names = characters or registry.names
+    local = {name for name in names if _has_local_weights(registry.get(name))}
+    return create_engine(settings, resolve, names, local)
+
+
+def _has_local_weights(character: Character) -> bool:
+    return character.converted is not None and character.converted.is_local

@@ -67,13 +67,26 @@ class GameStates:
 
     `ml` is the motion level as predicted (1..5 when the model behaves; any strength token
     -5..5 is kept as read, and 0 stands for output that could not be parsed); `sc`, `et` and
-    `st` are the social, entertainment and stamina deltas in -5..5.
+    `st` are the social, entertainment and stamina deltas in -5..5. `unreadable`: the model's
+    state tokens could not be read, so all four are zeros (the turn's message says so); not
+    part of a saved game, and not compared.
     """
 
     ml: int = 0
     sc: int = 0
     et: int = 0
     st: int = 0
+    unreadable: bool = field(default=False, compare=False)
+
+
+UNREADABLE_STATES = (
+    "The game-state model's state tokens could not be read: this turn's states count as zero."
+)
+
+
+def turn_note(turn: Turn) -> str:
+    """What a turn's message adds to "Turn N played": a warning, or nothing."""
+    return UNREADABLE_STATES if turn.states.unreadable else ""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """A whole playthrough as one video: the turns' clips concatenated, in order.
 
-Frames are streamed through ffmpeg (imageio-ffmpeg) one at a time, so an arbitrarily long game
-never has to fit in memory. Clips of another size (a saved game made with other models, then
-continued) are scaled to the size of the first clip.
+Clips of one size (every game played by one set of models) are joined without re-encoding:
+ffmpeg's concat demuxer copies their H.264 streams into one mp4, in a subprocess, so a
+1000-turn game takes seconds and the server's Python threads (other players' turns) never wait
+on it. Clips of another size (a saved game made with other models, then continued) are decoded
+and re-encoded at the size of the first clip, frames streamed one at a time.
 
 Each clip is checked by `animegamer.mp4check` before ffmpeg opens it, and ffmpeg is told to read
 it as mp4 from a local file only (`FFMPEG_INPUT`), so a clip that is really a playlist or a
@@ -11,30 +13,83 @@ manifest can never make it read another file or a URL.
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import imageio_ffmpeg
 
-from animegamer.mp4check import check_mp4
+from animegamer.mp4check import ClipFacts, check_mp4
 from animegamer.video import DEFAULT_FPS, h264_writer
 
 FFMPEG_INPUT = ["-f", "mp4", "-protocol_whitelist", "file"]
 """ffmpeg input options: the mp4 demuxer only (never guessed from the content), local files only."""
+CONCAT_INPUT = ["-f", "concat", "-safe", "0", "-protocol_whitelist", "file"]
+"""ffmpeg input options of the list of clips: absolute paths of local files only (each clip is
+checked by `check_mp4` first)."""
 
 
 class PlaythroughError(ValueError):
     """There is nothing to concatenate, or a clip cannot be read."""
 
 
-def _check_clips(clips: list[Path]) -> None:
+def _check_clips(clips: list[Path]) -> list[ClipFacts]:
+    facts = []
     for clip in clips:
         try:
-            check_mp4(clip)
+            facts.append(check_mp4(clip))
         except ValueError as error:
             raise PlaythroughError(
                 f"Could not put the clips together (clip {clip.name}: {error})."
             ) from None
+    return facts
+
+
+def _concat_list(clips: list[Path]) -> str:
+    """The concat demuxer's list: one `file '<absolute path>'` line per clip."""
+    lines = []
+    for clip in clips:
+        if "\n" in str(clip) or "\r" in str(clip):
+            raise PlaythroughError(f"Could not put the clips together (clip {clip.name!r}).")
+        quoted = str(clip.resolve()).replace("'", "'\\''")
+        lines.append(f"file '{quoted}'\n")
+    return "".join(lines)
+
+
+def _copy_streams(clips: list[Path], partial: Path) -> None:
+    """Join same-size clips into `partial` with stream copy (no decoding, no encoding)."""
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".txt", prefix=".concat-", dir=partial.parent, encoding="utf-8"
+    ) as listing:
+        listing.write(_concat_list(clips))
+        listing.flush()
+        command = [
+            imageio_ffmpeg.get_ffmpeg_exe(), "-nostdin", "-loglevel", "error", "-y",
+            *CONCAT_INPUT, "-i", listing.name,
+            "-map", "0:v:0", "-c", "copy", "-movflags", "+faststart", "-f", "mp4", str(partial),
+        ]
+        run = subprocess.run(command, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr.strip() or f"ffmpeg exited with {run.returncode}")
+
+
+def _reencode(clips: list[Path], partial: Path) -> None:
+    """Join clips of several sizes into `partial`, each scaled to the first clip's size."""
+    (width, height), fps = _clip_info(clips[0])
+    writer = h264_writer(partial, width, height, fps)
+    try:
+        for clip in clips:
+            frames = imageio_ffmpeg.read_frames(
+                str(clip),
+                input_params=FFMPEG_INPUT,
+                output_params=["-vf", f"scale={width}:{height}"],
+            )
+            next(frames)
+            for frame in frames:
+                writer.send(frame)
+    finally:
+        writer.close()
 
 
 def _clip_info(path: Path) -> tuple[tuple[int, int], float]:
@@ -50,7 +105,8 @@ def _clip_info(path: Path) -> tuple[tuple[int, int], float]:
 def concat_mp4(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Write the clips at `paths`, one after the other, to the H.264 mp4 `out`.
 
-    The output keeps the first clip's frame size and frame rate. Raises `PlaythroughError` when
+    Clips of one size are joined by stream copy; otherwise the output keeps the first clip's
+    frame size and frame rate. Raises `PlaythroughError` when
     `paths` is empty or a clip is missing, not an H.264 mp4 clip (see `check_mp4`) or unreadable;
     `out` is then not created.
     """
@@ -60,24 +116,14 @@ def concat_mp4(paths: Sequence[str | Path], out: str | Path) -> Path:
     missing = [p.name for p in clips if not p.is_file()]
     if missing:
         raise PlaythroughError(f"Missing clips: {', '.join(missing)}.")
-    _check_clips(clips)
+    facts = _check_clips(clips)
     out = Path(out)
     partial = out.with_name(out.name + ".partial.mp4")
     try:
-        (width, height), fps = _clip_info(clips[0])
-        writer = h264_writer(partial, width, height, fps)
-        try:
-            for clip in clips:
-                frames = imageio_ffmpeg.read_frames(
-                    str(clip),
-                    input_params=FFMPEG_INPUT,
-                    output_params=["-vf", f"scale={width}:{height}"],
-                )
-                next(frames)
-                for frame in frames:
-                    writer.send(frame)
-        finally:
-            writer.close()
+        if len({fact.size for fact in facts}) == 1:
+            _copy_streams(clips, partial)
+        else:
+            _reencode(clips, partial)
         partial.replace(out)
     except (OSError, RuntimeError, StopIteration) as error:
         partial.unlink(missing_ok=True)

@@ -162,7 +162,7 @@ def _turn_to_json(turn: Turn) -> dict[str, Any]:
     return {
         "index": turn.index,
         "instruction": turn.instruction.fields(),
-        "states": dataclasses.asdict(turn.states),
+        "states": {name: getattr(turn.states, name) for name in StatesJson.model_fields},
         "motion_level": turn.motion_level,
         "motion_scope": turn.motion_scope,
         "gauges": turn.gauges.as_dict(),

@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from animegamer.game import MAX_STEPS, MAX_WINDOW
@@ -17,7 +18,25 @@ DEFAULT_REGISTRY = PACKAGE_ROOT.parent / "assets" / "characters.yaml"
 DEFAULT_NANO_DIR = PACKAGE_ROOT.parent / "assets" / "nano"
 """AnimeGamer-Nano's trained character folders (one per character, `qiqi/` and `sosuke/`, and the
 VAE they share, `vae/`), shipped in the repository."""
-ENGINE_KINDS = ("auto", "real", "nano", "preview")
+
+
+class EngineKind(StrEnum):
+    """Which models play: the one place the engine kinds are named (settings, CLI, engine, UI).
+
+    `REAL`: the character's own weights (the released checkpoints converted, or a character
+    trained with this project), on a GPU, or on the CPU where the folder is small enough.
+    `NANO`: the Nano world's models stand in for a character without playable weights here.
+    `PREVIEW`: tiny untrained models stand in (noise), when even Nano's weights are missing.
+    `AUTO` is a setting, never the kind of a running engine: each character plays its own
+    weights where they can play here, Nano (else the preview models) otherwise.
+    """
+
+    AUTO = "auto"
+    REAL = "real"
+    NANO = "nano"
+    PREVIEW = "preview"
+
+
 LOW_VRAM_CHOICES = ("auto", "on", "off")
 PRESET_CHOICES = ("quality", "fast", "low-vram", "consumer", "tiny-vram")
 """Speed presets of the real engine (`animegamer.speed`)."""
@@ -45,9 +64,10 @@ def default_cache_dir(environ: Mapping[str, str]) -> Path:
 class Settings:
     """Knobs of the game and the engine.
 
-    `engine`: `auto` plays with the real models when a GPU and the checkpoints are available and
-    falls back to the Nano world otherwise (to the preview engine when Nano's weights are
-    missing); `real`, `nano` or `preview` force one.
+    `engine`: `auto` plays each character with its own weights where they can play here (a GPU
+    for the released ones; the CPU for a folder small enough, e.g. a character trained on a
+    CPU) and with the Nano world otherwise (the preview models when Nano's weights are
+    missing); `real`, `nano` or `preview` force one for every character (`EngineKind`).
     `window`: turns the game-state model sees, the current one included (the release demo: 1).
     `steps` / `nano_steps` / `preview_steps`: diffusion steps of the real, the Nano and the
     preview decoder. Nano's 12 keep a turn under 2 s on 2 CPU cores; on its held-out turns
@@ -62,7 +82,7 @@ class Settings:
     (`ANIMEGAMER_LIVE_PREVIEW=0` turns them off; `animegamer.models.latent_preview`).
     """
 
-    engine: str = "auto"
+    engine: EngineKind = EngineKind.AUTO
     window: int = 1
     steps: int = DEFAULT_STEPS
     nano_steps: int = 12
@@ -80,6 +100,9 @@ class Settings:
     compile: bool = False
     live_preview: bool = True
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", _engine_kind(self.engine))
+
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] | None = None, *, default_output_dir: Path | None = None
@@ -90,7 +113,7 @@ class Settings:
         env = os.environ if environ is None else environ
         defaults = cls(output_dir=default_output_dir or cls.output_dir)
         settings = cls(
-            engine=env.get("ANIMEGAMER_ENGINE", defaults.engine).strip().lower(),
+            engine=_engine_kind(env.get("ANIMEGAMER_ENGINE", defaults.engine)),
             window=_int(env, "ANIMEGAMER_WINDOW", defaults.window),
             steps=_int(env, "ANIMEGAMER_STEPS", defaults.steps),
             nano_steps=_int(env, "ANIMEGAMER_NANO_STEPS", defaults.nano_steps),
@@ -112,8 +135,6 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        if self.engine not in ENGINE_KINDS:
-            raise SettingsError(f"ANIMEGAMER_ENGINE must be one of {ENGINE_KINDS}: {self.engine!r}")
         if self.low_vram not in LOW_VRAM_CHOICES:
             raise SettingsError(
                 f"ANIMEGAMER_LOW_VRAM must be one of {LOW_VRAM_CHOICES}: {self.low_vram!r}"
@@ -134,6 +155,14 @@ class Settings:
                 raise SettingsError(f"{name} must be in 1..{MAX_STEPS}: {steps}")
         if not 1.0 <= self.guidance_scale <= 20.0:
             raise SettingsError(f"ANIMEGAMER_GUIDANCE must be in 1..20: {self.guidance_scale}")
+
+
+def _engine_kind(value: str) -> EngineKind:
+    try:
+        return EngineKind(value.strip().lower())
+    except ValueError:
+        choices = ", ".join(kind.value for kind in EngineKind)
+        raise SettingsError(f"ANIMEGAMER_ENGINE must be one of {choices}: {value!r}") from None
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

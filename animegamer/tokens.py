@@ -70,6 +70,13 @@ STATE_TOKENS_GENERATED = 10
 """Generated ids that hold the states: `<S_ml></ML><SC><S_sc></SC><ET><S_et></ET><ST><S_st>`."""
 
 
+STATE_GRAMMAR: tuple[int | None, ...] = (
+    None, ML_END_ID, SC_ID, None, SC_END_ID, ET_ID, None, ET_END_ID, ST_ID, None,
+)
+"""The generated state ids: a fixed id, or None where a `<Strength_v>` goes."""
+STRENGTH_IDS = range(STRENGTH_MIN_ID, STRENGTH_MIN_ID + len(STATE_RANGE))
+
+
 def parse_state_ids(generated: Sequence[int]) -> GameStates | None:
     """States from the ids generated after the prompt's `<ML>`, or None when malformed.
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from animegamer.engine import create_nano_engine, create_preview_engine
 from animegamer.game import make_instruction, new_session
-from animegamer.settings import Settings
+from animegamer.settings import EngineKind, Settings
 
 MOTIONS = ("fly on broomstick", "sit on railing", "walk through the town", "lie down on grass")
 
@@ -41,7 +41,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--window", type=int, default=3)
-    parser.add_argument("--engine", choices=("nano", "preview"), default="preview")
+    parser.add_argument("--engine", choices=(EngineKind.NANO, EngineKind.PREVIEW),
+                        type=EngineKind, default=EngineKind.PREVIEW)
     parser.add_argument("--steps", type=int, default=None,
                         help="diffusion steps (default: the engine's, 12 for Nano, 8 preview)")
     parser.add_argument("--nano-dir", type=Path, default=None,
@@ -58,7 +59,7 @@ def main() -> None:
         if args.steps:
             settings = dataclasses.replace(settings, nano_steps=args.steps,
                                            preview_steps=args.steps)
-        create = create_nano_engine if args.engine == "nano" else create_preview_engine
+        create = create_nano_engine if args.engine == EngineKind.NANO else create_preview_engine
         engine = create(settings)
         session = new_session("Qiqi", window=args.window)
         times: list[float] = []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from animegamer.__main__ import main
+import dataclasses
+
+from animegamer.__main__ import describe, main
 from animegamer.characters import load_registry
 from animegamer.hub import HubError
 from animegamer.savefile import load_game
@@ -16,7 +18,7 @@ def test_play_prints_each_turn_and_saves_the_game(tmp_path, capsys):
                  "--out", str(tmp_path / "clips"), "--save", str(tmp_path / "game.zip")])
     out = capsys.readouterr().out
     assert code == 0
-    assert "engine: preview" in out
+    assert "Qiqi: tiny untrained models (preview, CPU)" in out
     assert "turn 1: " + FIRST in out and "turn 2: " + SECOND in out
     assert "seed 11" in out and "seed 12" in out
     names = set(load_registry().names)
@@ -82,4 +84,19 @@ def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypat
     monkeypatch.setattr("animegamer.engine.resolve_character", unreachable)
     code = main(["play", "--engine", "real", FIRST, "--out", str(tmp_path)])
     assert code == 2
-    assert capsys.readouterr().err == "error: Qiqi: the Hub cannot be reached\n"
+    assert capsys.readouterr().err == (
+        "error: no character can be played here: Qiqi: unavailable (Qiqi: the Hub cannot be "
+        "reached)\n"
+    )
+
+
+def test_a_turn_whose_states_could_not_be_read_says_so():
+    from animegamer.game import GameStates, Gauges, Timings, Turn, make_instruction
+
+    instruction = make_instruction({"character": "Qiqi", "adverb": "gently", "motion": "walk",
+                                    "time": "day", "place": "town"})
+    turn = Turn(1, instruction, GameStates(unreadable=True), 0, 0.0, Gauges(), 1, "c.mp4",
+                Timings())
+    assert describe(turn).endswith("note: The game-state model's state tokens could not be "
+                                   "read: this turn's states count as zero.")
+    assert "note:" not in describe(dataclasses.replace(turn, states=GameStates()))

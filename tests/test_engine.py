@@ -10,9 +10,11 @@ import imageio.v3 as iio
 import pytest
 import torch
 
+from animegamer.clips import ClipStore
 from animegamer.devices import Placement
 from animegamer.engine import TurnEngine, build_preview_directory, load_character_models
 from animegamer.game import Gauges, apply_states, make_instruction, new_session, undo
+from animegamer.settings import EngineKind
 
 
 @pytest.fixture(scope="session")
@@ -172,8 +174,8 @@ def test_gpu_dtypes_play_with_history(tmp_path):
     plumbing (history injection, masks, CFG batch, VAE) holds and the session stays fp32."""
     models = load_character_models(build_preview_directory(tmp_path / "models"), HALF_PLACEMENT)
     engine = TurnEngine(
-        lambda character, placement: models, kind="real", placement=HALF_PLACEMENT,
-        num_inference_steps=2, guidance_scale=6.0, output_dir=tmp_path / "clips",
+        lambda character, placement: models, kind=EngineKind.REAL, placement=HALF_PLACEMENT,
+        num_inference_steps=2, guidance_scale=6.0, clips=ClipStore(tmp_path / "clips"),
     )
     assert models.game_state.dtype == torch.bfloat16
     assert models.decoder.dtype == torch.float16
@@ -192,8 +194,8 @@ def test_low_vram_offloads_both_models_with_accelerate_hooks(engine, tmp_path):
     assert all(hasattr(getattr(models.decoder, name), "_hf_hook")
                for name in ("transformer", "vae"))
     assert isinstance(models.game_state._hf_hook, accelerate.hooks.CpuOffload)
-    offloading = TurnEngine(lambda character, p: models, kind="real", placement=placement,
-                            num_inference_steps=2, guidance_scale=6.0, output_dir=tmp_path)
+    offloading = TurnEngine(lambda character, p: models, kind=EngineKind.REAL, placement=placement,
+                            num_inference_steps=2, guidance_scale=6.0, clips=ClipStore(tmp_path))
     offloaded = offloading.play(new_session("Qiqi"), _instruction(), seed=9)
     resident = engine.play(new_session("Qiqi"), _instruction(), seed=9)
     assert (iio.imread(offloaded.turns[0].clip_path)

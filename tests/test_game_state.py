@@ -148,12 +148,17 @@ def test_represent_matches_its_definition(tiny_model, tiny_prompt) -> None:
     history = [_representation(0)]
     out = tiny_model.represent(tiny_prompt.input_ids, history)
     assert out.shape == (1, REPRESENTATION_TOKENS, 64) and out.dtype == torch.float32
+    # the definition, written out: causal attention, except that the query frame block sees
+    # itself whole; the history block holds the input resampler's output
+    length, query = tiny_prompt.length, tiny_prompt.query_block
+    blocked = torch.ones(length, length).triu(1).bool()
+    blocked[query.start:query.stop, query.start:query.stop] = False
+    mask = torch.zeros(1, 1, length, length).masked_fill(blocked, torch.finfo(torch.float32).min)
     with torch.no_grad():
         embeds = tiny_model.language_model.get_input_embeddings()(tiny_prompt.input_ids).clone()
         embeds[0, tiny_prompt.history_blocks[0]] = tiny_model.input_resampler(history[0])
-        hidden = tiny_model.language_model.model(
-            inputs_embeds=embeds, attention_mask=attention_mask_4d(tiny_prompt)
-        ).last_hidden_state
+        decoder = tiny_model.language_model.model
+        hidden = decoder(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
         expected = tiny_model.output_resampler(hidden[:, -REPRESENTATION_TOKENS:])
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
 

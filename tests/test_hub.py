@@ -151,7 +151,12 @@ def assert_no_cache_entry(cache_dir: Path) -> None:
     assert [p.name for p in entries if not p.name.endswith(".lock")] == []
 
 
-def test_resolution_converts_once_into_a_loadable_character(hub_cache, qiqi, calls, tmp_path):
+def test_resolution_converts_once_into_a_loadable_character(
+    hub_cache, qiqi, calls, tmp_path, tiny_release
+):
+    from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
+
+    from animegamer.convert.decoder import load_release_state_dict
     from animegamer.models.decoder import AnimeGamerPipeline
     from animegamer.models.game_state import GameStateModel
 
@@ -170,7 +175,14 @@ def test_resolution_converts_once_into_a_loadable_character(hub_cache, qiqi, cal
     model = GameStateModel.from_pretrained(path)
     assert model.representation_dim == 64
     decoder = AnimeGamerPipeline.from_pretrained(path, device="cpu", dtype=torch.float32)
-    assert decoder is not None
+    # the release's decoder weights, converted, and the release's VAE, as they are
+    source = load_release_state_dict(tiny_release["decoder"])
+    torch.testing.assert_close(decoder.transformer.ofs_embedding.linear_2.weight,
+                               source["flow_embed.2.weight"], rtol=0, atol=0)
+    release_vae = AutoencoderKLCogVideoX.from_pretrained(tiny_release["vae"]).state_dict()
+    assert release_vae.keys() == decoder.vae.state_dict().keys()
+    assert all(torch.equal(value, release_vae[name])
+               for name, value in decoder.vae.state_dict().items())
 
     again = hub.resolve_character(qiqi, cache_dir)
     assert again == path

@@ -159,9 +159,34 @@ def test_concat_checks_every_clip_before_ffmpeg_runs(tmp_path, good, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.mp4"]
 
 
-def test_ffmpeg_reads_clips_as_mp4_from_local_files_only(tmp_path, monkeypatch):
+def test_same_size_clips_are_joined_by_stream_copy_from_local_files_only(tmp_path, monkeypatch):
+    """One ffmpeg run, the concat list read as such from local files only, streams copied (no
+    frame through Python); the result is one of our clips with every frame."""
+    clips = [_write(tmp_path / f"{i}'s.mp4", 3 + i, 16, 16) for i in range(3)]
+    commands: list[list[str]] = []
+    real_run = subprocess.run
+
+    def spy(cmd, *args, **kwargs):
+        commands.append(list(cmd))
+        return real_run(cmd, *args, **kwargs)
+
+    def no_frames(*args, **kwargs):
+        raise AssertionError("frames were decoded")
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    monkeypatch.setattr(imageio_ffmpeg, "read_frames", no_frames)
+    out = concat_mp4(clips, tmp_path / "out.mp4")
+    (command,) = commands
+    at = command.index("-i")
+    assert command[at - len(playthrough.CONCAT_INPUT) : at] == playthrough.CONCAT_INPUT
+    assert command[command.index("-c") + 1] == "copy"
+    assert check_mp4(out) == ClipFacts("avc1", 3 + 4 + 5, 16, 16)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".concat-")] == []
+
+
+def test_clips_of_another_size_are_read_as_mp4_from_local_files_only(tmp_path, monkeypatch):
     """The forced demuxer and protocol whitelist go before `-i`, and ffmpeg accepts them."""
-    clips = [_write(tmp_path / f"{i}.mp4", 3 + i, 16, 16) for i in range(2)]
+    clips = [_write(tmp_path / f"{i}.mp4", 3 + i, 16 * (i + 1), 16) for i in range(2)]
     commands: list[list[str]] = []
     real_popen = subprocess.Popen
 

@@ -249,9 +249,15 @@ def test_regional_compile_keeps_the_output(representation):
                                atol=1e-5, rtol=0)
 
 
-def test_real_engine_applies_the_preset(tmp_path):
+def test_real_engine_applies_the_preset(tmp_path, monkeypatch):
+    """A folder too large for the CPU plays on the real engine's placement, under the preset."""
+    from animegamer import engine as engine_module
+    from animegamer.convert.character import write_manifest
+
+    monkeypatch.setattr(engine_module, "CPU_WEIGHTS_LIMIT_BYTES", 0)
     settings = Settings(engine="real", preset="fast", steps=50, output_dir=tmp_path / "out")
     directory = build_preview_directory(tmp_path / "character")
+    write_manifest(directory, "Qiqi", {})
     engine = create_engine(settings, lambda name: directory, ["Qiqi"])
     models = engine.models_for("Qiqi")
     assert engine.kind == "real" and engine.num_inference_steps == FAST_STEPS
@@ -261,8 +267,9 @@ def test_real_engine_applies_the_preset(tmp_path):
 
 def test_turn_benchmark_reports_every_preset_on_cpu(benchmark, tmp_path):
     out = tmp_path / "turn.json"
-    assert benchmark.main(["--size", "tiny", "--turns", "2", "--warmup", "0", "--steps", "4",
-                           "--window", "2", "--out", str(out)]) == 0
+    configured = FAST_STEPS + 1  # the fast preset plays one step fewer: its clip differs
+    assert benchmark.main(["--size", "tiny", "--turns", "2", "--warmup", "0",
+                           "--steps", str(configured), "--window", "2", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["size"] == "tiny" and result["attention"]["all_sdpa"]
     presets = result["presets"]
@@ -270,14 +277,15 @@ def test_turn_benchmark_reports_every_preset_on_cpu(benchmark, tmp_path):
     for name, report in presets.items():
         assert len(report["turns"]) == 2, name
         assert report["peak_rss_mib"] > 0
+        assert report["steps"] == (FAST_STEPS if name == "fast" else configured)
         for turn in report["turns"]:
-            assert len(turn["denoising_steps"]) == 4
+            assert len(turn["denoising_steps"]) == report["steps"]
             stages = ("prompt", "representation", "state_generation", "vae_decode", "mp4_write")
             assert all(turn[stage] > 0 for stage in stages)
             assert turn["total"] >= sum(turn[stage] for stage in stages)
             assert (turn["prefill"] > 0) == report["shared_prefill"]
-    assert presets["quality"]["clip_mean_abs_diff_vs_quality"] == 0.0
-    assert presets["fast"]["clip_mean_abs_diff_vs_quality"] < 1e-3
+    # the reported difference is measured: the fast preset's clip (other steps) differs
+    assert presets["fast"]["clip_mean_abs_diff_vs_quality"] > 0
     assert presets["low-vram"]["clip_mean_abs_diff_vs_quality"] < 0.05
     assert not np.isnan(presets["fast"]["median_total_s"])
 

@@ -11,6 +11,7 @@ import yaml
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 from tiny_dataset import write_tiny_dataset
 
+from animegamer.__main__ import main as play_main
 from animegamer.convert.character import check_layout, read_manifest
 from animegamer.engine import create_nano_engine
 from animegamer.game import make_instruction, new_session
@@ -83,3 +84,28 @@ def test_the_decoder_takes_a_given_vae_instead_of_training_one(trained, capsys):
                  "--config", str(trained / "recipe.yaml"), "--vae", str(given)])
     assert code == 2 and "--vae is for the decoder and all commands" in capsys.readouterr().err
     shutil.rmtree(out, ignore_errors=True)
+
+
+def test_the_trained_character_plays_its_own_weights_without_naming_an_engine(
+    trained, tmp_path, capsys, monkeypatch
+):
+    """`play --character Tux` on a CPU: Tux's own (trained) weights, said once, and its states
+    read from its state tokens (the grammar holds the briefly trained model's decoding)."""
+    character = trained / "run" / "character"
+    registry = tmp_path / "characters.yaml"
+    registry.write_text(yaml.safe_dump({"format": 1, "characters": [{
+        "name": "Tux",
+        "defaults": {"character": "Tux", "adverb": "slowly", "motion": "walk", "time": "day",
+                     "place": "town"},
+        "weights": {"converted": {"repo": str(character)}},
+    }]}))
+    monkeypatch.setenv("ANIMEGAMER_CHARACTERS", str(registry))
+    monkeypatch.delenv("ANIMEGAMER_ENGINE", raising=False)
+    turns = [f"Character: Tux; Motion: {motion}; Background: day town."
+             for motion in ("slowly walk", "quickly run", "happily jump")]
+    code = play_main(["play", "--character", "Tux", "--steps", "2", "--seed", "1", *turns,
+                      "--out", str(tmp_path / "clips")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count(f"Tux: {character} (trained, CPU)") == 1
+    assert "turn 3: " in out and "note:" not in out

@@ -24,7 +24,7 @@ from conftest import QIQI_FIELDS
 
 from animegamer.characters import load_registry
 from animegamer.clips import PLAYERS_FOLDER, ClipStore
-from animegamer.engine import EngineError
+from animegamer.engine import Casting, EngineError
 from animegamer.game import (
     INSTRUCTION_FIELDS,
     MAX_GAME_TURNS,
@@ -37,6 +37,7 @@ from animegamer.game import (
 from animegamer.nano.vocabulary import closed_vocabulary
 from animegamer.playthrough import PlaythroughError, concat_mp4
 from animegamer.savefile import save_game
+from animegamer.settings import EngineKind
 from animegamer.ui import GameUI, Player
 from animegamer.ui.callbacks import GameSlot, discard_game_files, gpu_seconds
 from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
@@ -451,7 +452,7 @@ def test_gpu_duration_follows_the_steps():
 
 
 class FailingEngine:
-    kind = "real"
+    kind = EngineKind.REAL
     notice = ""
     num_inference_steps = 50
     vocabulary = None
@@ -459,6 +460,9 @@ class FailingEngine:
     def __init__(self, error: BaseException, output_dir: Path) -> None:
         self.error = error
         self.clips = ClipStore(output_dir)
+
+    def casting(self, character: str) -> Casting:
+        return Casting(character, EngineKind.REAL, "models", "converted", "GPU")
 
     def play(self, session, instruction, seed=None, progress=None, num_inference_steps=None):
         if progress is not None:
@@ -603,7 +607,8 @@ def test_discarded_files_stay_for_the_grace_period(tmp_path):
     (folder / "turn_0001.mp4").write_bytes(b"x")
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
     outside.mkdir()
-    store.discard([folder, outside, tmp_path], grace_s=30)
+    for path in (folder, outside, tmp_path):
+        store.discard_clip(str(path), grace_s=30)
     assert folder.exists()
     now[0] += 29
     assert store.empty_trash() == 0 and folder.exists()

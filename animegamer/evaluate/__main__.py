@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from animegamer.characters import RegistryError, load_registry
+from animegamer.clips import ClipStore
 from animegamer.convert.character import WORLD_KEY, read_manifest
 from animegamer.convert.errors import ConversionError
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels
@@ -51,7 +52,7 @@ from animegamer.evaluate.report import compare, write_report
 from animegamer.hub import HubError
 from animegamer.nano import NANO_WORLD
 from animegamer.nano.probes import NanoProbes
-from animegamer.settings import Settings, SettingsError
+from animegamer.settings import EngineKind, Settings, SettingsError
 
 EXIT_ERROR = 2
 JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, required=True, help="report folder (resumable)")
     parser.add_argument("--turns", type=int, default=10, help="turns per game (default 10)")
     parser.add_argument("--limit", type=int, help="play only the first N games")
-    parser.add_argument("--engine", choices=("real", "preview"), default="real",
+    parser.add_argument("--engine", choices=(EngineKind.REAL, EngineKind.PREVIEW),
+                        default=EngineKind.REAL, type=EngineKind,
                         help="real models (registry or --models) or the tiny preview models")
     parser.add_argument("--models", type=Path,
                         help="a character folder in the project layout (e.g. a trained Nano)")
@@ -92,20 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _engine(args: argparse.Namespace, settings: Settings) -> TurnEngine:
-    if args.engine == "preview":
+    if args.engine == EngineKind.PREVIEW:
         return create_preview_engine(settings)
     if args.models is not None:
         placement = choose_placement(settings.low_vram, settings.zero_gpu)
         folder: Path = args.models
         engine = TurnEngine(
             lambda character, placement: load_character_models(folder, placement),
-            kind="real", placement=placement, num_inference_steps=settings.steps,
-            guidance_scale=settings.guidance_scale, output_dir=settings.output_dir,
+            kind=EngineKind.REAL, placement=placement, num_inference_steps=settings.steps,
+            guidance_scale=settings.guidance_scale, clips=ClipStore(settings.output_dir),
         )
         engine.load(args.character)
         return engine
     registry = load_registry(settings.registry_path)
-    return create_registry_engine(settings, registry, [registry.get(args.character).name])
+    name = registry.get(args.character).name
+    return create_registry_engine(settings, registry, [name]).engine_for(name)
 
 
 def _reference(args: argparse.Namespace, settings: Settings, found: Path | None) -> Path | None:

@@ -27,6 +27,7 @@ from animegamer.evaluate.metrics import (
     paired_interval,
     summarise,
 )
+from animegamer.settings import EngineKind
 
 METRICS_FILE = "metrics.json"
 MARKDOWN_FILE = "report.md"
@@ -135,7 +136,7 @@ def _meta_lines(meta: Mapping[str, Any]) -> list[str]:
 def warnings(meta: Mapping[str, Any]) -> list[str]:
     """What makes the numbers of a run meaningless or not comparable with the paper's."""
     found = []
-    if meta.get("engine") == "preview":
+    if meta.get("engine") == EngineKind.PREVIEW:
         found.append("The preview engine plays tiny random models: these numbers test the "
                      "evaluation, not AnimeGamer.")
     if meta.get("clip") == TINY_CLIP:

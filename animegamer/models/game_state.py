@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from accelerate.utils.memory import clear_device_cache
@@ -46,7 +46,9 @@ from animegamer.tokens import (
     FRAME0_ID,
     FRAME_END_ID,
     FRAME_ID,
+    STATE_GRAMMAR,
     STATE_TOKENS_GENERATED,
+    STRENGTH_IDS,
     GameStates,
     HistoryTurn,
     Prompt,
@@ -133,16 +135,39 @@ class GameStateOutput(ModelOutput):
 
 
 def _states_or_zeros(generated: list[int]) -> GameStates:
-    """The parsed states; malformed output gives all zeros and a warning."""
+    """The parsed states; malformed output gives all zeros, marked `unreadable`, and a
+    warning."""
     states = parse_state_ids(generated)
     if states is None:
         logger.warning("malformed state tokens %s; using zeros", generated)
-        return GameStates()
+        return GameStates(unreadable=True)
     return states
 
 
 def _text(instruction: Instruction | str) -> str:
     return instruction if isinstance(instruction, str) else instruction.text
+
+
+class StateGrammarRule(LogitsProcessor):
+    """Holds the generated ids to `STATE_GRAMMAR` (models trained here): its fixed id where it
+    names one, the best `<Strength_v>` elsewhere. The fixed ids carry nothing, and a briefly
+    trained model (the CPU recipe's few steps) otherwise writes text tokens there, so its states
+    would all be unreadable; a model that follows the grammar decodes the same."""
+
+    def __init__(self, prompt_length: int):
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        position = input_ids.shape[1] - self.prompt_length
+        if position >= len(STATE_GRAMMAR):
+            return scores
+        allowed = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+        expected = STATE_GRAMMAR[position]
+        if expected is None:
+            allowed[STRENGTH_IDS.start:STRENGTH_IDS.stop] = True
+        else:
+            allowed[expected] = True
+        return cast(torch.FloatTensor, scores.masked_fill(~allowed, float("-inf")))
 
 
 class GameStateModel(PreTrainedModel):
@@ -333,10 +358,13 @@ class GameStateModel(PreTrainedModel):
         return self._generate(prompt, embeds, None, max_new_tokens)
 
     def _generate(self, prompt: Prompt, embeds: torch.Tensor, cache: Cache | None,
-                  max_new_tokens: int) -> torch.Tensor:
-        """transformers' greedy `generate` under `FrameTokenRule`, from the prompt's embeddings;
-        `cache` holds the KV of a prefix of the prompt already computed (generate runs the
-        rest). Returns the generated ids."""
+                  max_new_tokens: int, in_grammar: bool = False) -> torch.Tensor:
+        """transformers' greedy `generate` under `FrameTokenRule` (and `StateGrammarRule` when
+        `in_grammar`), from the prompt's embeddings; `cache` holds the KV of a prefix of the
+        prompt already computed (generate runs the rest). Returns the generated ids."""
+        rules: list[LogitsProcessor] = [FrameTokenRule()]
+        if in_grammar:
+            rules.append(StateGrammarRule(prompt.length))
         # A causal LM's `GenerationMixin.generate`: `PreTrainedModel` does not declare it, and
         # transformers types its `self` with a Protocol that its own models fail under mypy.
         output = self.language_model.generate(  # type: ignore[operator]
@@ -344,7 +372,7 @@ class GameStateModel(PreTrainedModel):
             inputs_embeds=embeds,
             attention_mask=torch.ones_like(prompt.input_ids),
             past_key_values=cache,
-            logits_processor=LogitsProcessorList([FrameTokenRule()]),
+            logits_processor=LogitsProcessorList(rules),
             do_sample=False,
             max_new_tokens=max_new_tokens,
             eos_token_id=EOS_ID,
@@ -424,7 +452,9 @@ class GameStateModel(PreTrainedModel):
         representation = self.output_resampler(hidden[:, self.representation_positions(prompt)])
         cache = output.past_key_values
         cache.crop(-1)  # drop the last token, which generate runs again
-        generated = self._generate(prompt, embeds, cache, STATE_TOKENS_GENERATED)
+        generated = self._generate(
+            prompt, embeds, cache, STATE_TOKENS_GENERATED, in_grammar=True
+        )
         return representation, generated.tolist()
 
     @torch.no_grad()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from textwrap import shorten
 from typing import Any, NamedTuple, Protocol
 
 import gradio as gr
@@ -28,9 +29,9 @@ import spaces
 import torch
 
 from animegamer.characters import Character, Registry, RegistryError
-from animegamer.clips import DELETE_GRACE_S, ClipStore, player_folder, remove_inside
+from animegamer.clips import DELETE_GRACE_S, ClipStore
 from animegamer.devices import Placement
-from animegamer.engine import EngineError
+from animegamer.engine import Casting, EngineError
 from animegamer.game import (
     Instruction,
     InstructionError,
@@ -40,6 +41,7 @@ from animegamer.game import (
     make_instruction,
     new_session,
     parse_seed,
+    turn_note,
     undo,
 )
 from animegamer.instruction import (
@@ -65,13 +67,12 @@ GPU_BASE_SECONDS = 20
 GPU_SECONDS_PER_STEP = 1.0
 GPU_MAX_SECONDS = 300
 MAX_NAME_CHARS = 100
+PICKER_REASON_CHARS = 80
 SESSION_TTL_S = 3 * 3600
 """A browser session's game is forgotten after this long without an action."""
 SESSION_FILES_MAX_AGE_S = SESSION_TTL_S + 3600
 """Files untouched this long belong to no live game (Gradio keeps a closed tab's state 1 h)."""
 SWEEP_INTERVAL_S = 3600
-CPU_KINDS = frozenset({"preview", "nano"})
-"""Engines that play on the CPU: a ZeroGPU reservation would only spend the visitor's quota."""
 ACTION_WAIT_S = GPU_MAX_SECONDS + 60
 """How long an action waits for the same game's running action (at most a whole turn)."""
 
@@ -93,10 +94,12 @@ class TurnRunner(Protocol):
 
 
 class Engine(Protocol):
-    """What the UI needs of `animegamer.engine.TurnEngine`."""
+    """What the UI needs of `animegamer.engine.GameEngine` (or of one `TurnEngine`)."""
 
     @property
     def kind(self) -> str: ...
+
+    def casting(self, character: str) -> Casting: ...
 
     notice: str
     num_inference_steps: int
@@ -247,9 +250,20 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         with turn_errors():
             return engine.play(session, instruction, seed=seed, progress=report)
 
-    if engine.kind in CPU_KINDS:
-        return run_turn
-    return spaces.GPU(duration=duration)(run_turn)
+    on_gpu = spaces.GPU(duration=duration)(run_turn)
+
+    def run_where_it_plays(
+        session: Session,
+        instruction: Instruction,
+        seed: int | None,
+        progress: Progress | None = None,
+    ) -> Session:
+        """A character that plays on the CPU takes no ZeroGPU reservation: it would only
+        spend the visitor's quota."""
+        on_cpu = engine.casting(session.character).on_cpu
+        return (run_turn if on_cpu else on_gpu)(session, instruction, seed, progress)
+
+    return run_where_it_plays
 
 
 @dataclass(frozen=True)
@@ -324,12 +338,7 @@ def discard_game_files(slot: GameSlot | None) -> None:
     if slot is None or slot.player is None:
         return
     player = slot.player
-    folders = {player_folder(slot.root, player.player_id)}
-    for session in (player.session, player.previous_game):
-        if session is not None:
-            folders |= {Path(turn.clip_path).parent for turn in session.turns if turn.clip_path}
-            folders.add(slot.root / session.session_id)
-    remove_inside(slot.root, folders)
+    ClipStore(slot.root).end_player(player.player_id, (player.session, player.previous_game))
 
 
 class GameUI:
@@ -357,7 +366,11 @@ class GameUI:
 
     @property
     def default_character(self) -> Character:
-        return self.registry.characters[0]
+        """The first character that can be played here (the engine says which can)."""
+        return next(
+            (c for c in self.registry.characters if self.engine.casting(c.name).available),
+            self.registry.characters[0],
+        )
 
     def character(self, name: str) -> Character:
         if len(name) > MAX_NAME_CHARS:
@@ -369,6 +382,18 @@ class GameUI:
             return self.registry.get(name)
         except RegistryError as error:
             raise user_error(str(error), "Unknown character") from error
+
+    def character_choices(self) -> list[tuple[str, str]]:
+        """The picker's `(label, name)` pairs: every character of the registry, those that
+        cannot be played here labelled with the reason."""
+        choices = []
+        for character in self.registry.characters:
+            casting = self.engine.casting(character.name)
+            label = character.display_name
+            if not casting.available:
+                label += f" (unavailable: {shorten(casting.unavailable, PICKER_REASON_CHARS)})"
+            choices.append((label, character.name))
+        return choices
 
     def new_player(self, character: str | None = None) -> Player:
         name = character or self.default_character.name
@@ -388,14 +413,18 @@ class GameUI:
 
     def vocabulary(self, name: str) -> dict[str, list[str]]:
         """The suggestion chips for the character `name` on this engine."""
-        return vocabulary_for(self.character(name), self.engine)
+        character = self.character(name)
+        return vocabulary_for(character, self.engine.casting(character.name))
 
     def command_context(self, session: Session) -> InstructionContext:
         """What reading a command needs of the game: what it may leave out (the character's
         default adverb, and the time and place of the last turn), who may be named, and the
         world's closed vocabulary where it has one."""
         last = session.turns[-1].instruction if session.turns else None
-        return game_context(self.registry, session.character, last, self.engine.vocabulary)
+        return game_context(
+            self.registry, session.character, last,
+            self.engine.vocabulary_for(session.character),
+        )
 
     def read(
         self, session: Session, text: str | None, fields: Mapping[str, str | None] | None = None
@@ -434,7 +463,7 @@ class GameUI:
         if player.last_elapsed_s is not None:
             status += f"  \nLast turn took {player.last_elapsed_s:.1f} s."
         return Screen(
-            summary=views.game_summary(session, self.engine.kind),
+            summary=views.game_summary(session, self.engine.casting(session.character).kind),
             chat=views.chat_messages(session, self.short_name(session.character)),
             clip=views.newest_clip(session),
             gallery=views.gallery_items(session),
@@ -451,11 +480,11 @@ class GameUI:
 
     def tidy(self) -> None:
         """Delete discarded files that are due, and (hourly) folders nobody will come back to."""
-        self.files.empty_trash()
         now = time.monotonic()
-        if now >= self._next_sweep:
+        sweep = now >= self._next_sweep
+        if sweep:
             self._next_sweep = now + SWEEP_INTERVAL_S
-            self.files.sweep(SESSION_FILES_MAX_AGE_S)
+        self.files.tidy(SESSION_FILES_MAX_AGE_S if sweep else None)
 
     # Actions -----------------------------------------------------------------------------
 
@@ -513,7 +542,8 @@ class GameUI:
         release_free_memory()
         player = dataclasses.replace(player, session=session, last_elapsed_s=elapsed)
         turn = session.turns[-1]
-        message = f"Turn {turn.index} played (seed {turn.seed})."
+        message = " ".join(filter(None, [f"Turn {turn.index} played (seed {turn.seed}).",
+                                         turn_note(turn)]))
         return Update(player, self.screen(player, message), tuple(instruction.fields().values()))
 
     def undo(self, player: Player | None) -> Update:
@@ -525,7 +555,7 @@ class GameUI:
             raise user_error(str(error), "Nothing to undo") from error
         removed = player.session.turns[-1]
         if removed.clip_path:
-            self.files.discard([Path(removed.clip_path)], self.delete_grace_s)
+            self.files.discard_clip(removed.clip_path, self.delete_grace_s)
         player = dataclasses.replace(player, session=session)
         fields = tuple(removed.instruction.fields().values())
         return Update(player, self.screen(player, f"Turn {removed.index} undone."), fields)
@@ -546,6 +576,12 @@ class GameUI:
         player = player or self.new_player()
         self.tidy()
         character = self.character(name or "")
+        casting = self.engine.casting(character.name)
+        if not casting.available:
+            raise user_error(
+                f"{character.display_name} cannot be played here: {casting.unavailable}",
+                "Character unavailable",
+            )
         if character.name == player.session.character and not player.session.turns:
             message = f"Playing {character.display_name}."
         else:
@@ -603,7 +639,7 @@ class GameUI:
             raise user_error("Choose a saved game (.zip) to load.", "Nothing to load")
         self.tidy()
         session_id = uuid.uuid4().hex
-        clip_dir = self.root / session_id
+        clip_dir = self.files.game_folder(session_id)
         try:
             loaded = load_game(
                 path, clip_dir, set(self.registry.names), self.engine.representation_dim
@@ -611,8 +647,7 @@ class GameUI:
         except SaveFileError as error:
             raise user_error(str(error), "Cannot load this saved game") from error
         finally:
-            if not any(clip_dir.iterdir() if clip_dir.is_dir() else ()):
-                remove_inside(self.root, [clip_dir])
+            self.files.forget_if_empty(clip_dir)
         session = dataclasses.replace(loaded, session_id=session_id)
         player = self._replace_game(player, session)
         fields = (
@@ -653,12 +688,7 @@ class GameUI:
         old = player.session
         keep, drop = (old, player.previous_game) if old.turns else (player.previous_game, old)
         if drop is not None:
-            self.files.discard(
-                self.files.game_files(
-                    player.player_id, drop.session_id, (turn.clip_path for turn in drop.turns)
-                ),
-                self.delete_grace_s,
-            )
+            self.files.end_game(player.player_id, drop, self.delete_grace_s)
         return dataclasses.replace(
             player, session=session, last_elapsed_s=None, previous_game=keep
         )

@@ -205,7 +205,7 @@ def build_app(
                         elem_id="ag-avatar",
                     )
                     character = gr.Dropdown(
-                        choices=[(c.display_name, c.name) for c in registry.characters],
+                        choices=ui.character_choices(),
                         value=first.name,
                         show_label=False,
                         info="Switching starts a new game (you can go back).",

@@ -11,13 +11,18 @@ from typing import Any
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from animegamer.characters import load_registry
-from animegamer.engine import create_registry_engine
+from animegamer.characters import RegistryError, load_registry
+from animegamer.engine import EngineError, create_registry_engine
 from animegamer.memory import limit_malloc_arenas
 from animegamer.settings import PACKAGE_ROOT, Settings, SettingsError
 from animegamer.ui.layout import build_app, launch_options
 
 logger = logging.getLogger(__name__)
+
+
+class StartupError(RuntimeError):
+    """The app cannot start (bad settings, an unreadable registry, no playable character);
+    the message is one line for the person starting it."""
 
 
 def app_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -56,9 +61,13 @@ def check_output_dir(path: Path) -> Path:
 def create_app(environ: Mapping[str, str] | None = None) -> tuple[gr.Blocks, dict[str, Any]]:
     """The game's Blocks and the keyword arguments for its `launch()`."""
     limit_malloc_arenas()
-    settings = app_settings(environ)
-    settings = dataclasses.replace(settings, output_dir=check_output_dir(settings.output_dir))
-    registry = load_registry(settings.registry_path)
-    engine = create_registry_engine(settings, registry)
-    logger.info("engine: %s (%s)", engine.kind, engine.notice or "real models")
+    try:
+        settings = app_settings(environ)
+        settings = dataclasses.replace(settings, output_dir=check_output_dir(settings.output_dir))
+        registry = load_registry(settings.registry_path)
+        engine = create_registry_engine(settings, registry)
+    except (SettingsError, RegistryError, EngineError) as error:
+        raise StartupError(str(error)) from error
+    for line in engine.casting_lines():
+        logger.info("plays %s", line)
     return build_app(engine, registry, settings), launch_options(registry, settings)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from animegamer.game import GAUGE_MAX, Gauges, Instruction, Session, Turn
 from animegamer.instruction import format_command
+from animegamer.settings import EngineKind
 from animegamer.ui.story import motion_words, nudges, turn_sentence
 
 GAUGE_LABELS = {"stamina": "Stamina", "social": "Social", "entertainment": "Entertainment"}
@@ -218,16 +219,17 @@ def history_frame(session: Session) -> pd.DataFrame:
 
 
 BANNERS = {
-    "preview": "Preview engine: tiny untrained models on the CPU, so the clips are noise.",
-    "nano": "Playing the Nano world: a small anime world trained on a CPU",
+    EngineKind.PREVIEW: "Preview engine: tiny untrained models on the CPU, so the clips are noise.",
+    EngineKind.NANO: "Playing the Nano world: a small anime world trained on a CPU",
+    EngineKind.REAL: "Each character plays its own weights",
 }
 
 
 def banner_html(kind: str, notice: str) -> str:
-    """One line saying which world plays (none for the real models), the engine's notice
-    folded under it."""
+    """One line saying which world plays, the engine's notice (which weights play whom)
+    folded under it; nothing for the real models when there is nothing to say."""
     headline = BANNERS.get(kind)
-    if headline is None:
+    if headline is None or (kind == EngineKind.REAL and not notice):
         return ""
     details = f"<p>{html.escape(notice)}</p>" if notice else ""
     return (

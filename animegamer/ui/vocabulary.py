@@ -20,8 +20,7 @@ PART_FIELDS = {"adverbs": "adverb", "motions": "motion", "times": "time", "place
 
 
 class HasVocabulary(Protocol):
-    @property
-    def vocabulary(self) -> ClosedVocabulary | None: ...
+    def vocabulary_for(self, character: str) -> ClosedVocabulary | None: ...
 
 
 def _unique(words: Iterable[str]) -> list[str]:
@@ -48,7 +47,8 @@ def registry_vocabulary(character: Character) -> dict[str, list[str]]:
 def vocabulary_for(character: Character, engine: HasVocabulary) -> dict[str, list[str]]:
     """The chips for `character` on `engine`: `{"adverbs": [...], "motions": [...], "times":
     [...], "places": [...]}`."""
-    if engine.vocabulary is None:
+    vocabulary = engine.vocabulary_for(character.name)
+    if vocabulary is None:
         return registry_vocabulary(character)
-    closed = engine.vocabulary.for_character(character.name)
+    closed = vocabulary.for_character(character.name)
     return {part: list(closed.fields[field].chips) for part, field in PART_FIELDS.items()}
