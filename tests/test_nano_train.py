@@ -54,8 +54,7 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(p
     (a moving sprite is not blurred across frames), 4×4 latent patches, frame-correlated noise
     and the spatial reference."""
     from animegamer.nano.vocabulary import world_words
-    from animegamer.train.game_state_phase import GameStateRecipe
-    from animegamer.train.recipe import load_recipe
+    from animegamer.train.recipe import GameStateRecipe, load_recipe
 
     recipe = load_recipe(path)
     game_state = GameStateRecipe.model_validate(recipe.game_state)
@@ -70,8 +69,7 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(p
 
 def test_the_v8_candidate_recipe_is_1x_in_time_with_a_scaled_motion_scope():
     from animegamer.nano.vocabulary import world_words
-    from animegamer.train.game_state_phase import GameStateRecipe
-    from animegamer.train.recipe import load_recipe
+    from animegamer.train.recipe import GameStateRecipe, load_recipe
 
     recipe = load_recipe(nano_cli.NANO_RECIPE.parent / "nano-v8.yaml")
     assert GameStateRecipe.model_validate(recipe.game_state).init.tiny.words == world_words()
