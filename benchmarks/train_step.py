@@ -49,12 +49,11 @@ from animegamer.train.decoder_phase import (
 )
 from animegamer.train.episodes import EpisodeWindow
 from animegamer.train.game_state_phase import (
-    GameStateRecipe,
     target_representations,
     training_sample,
     with_lora,
 )
-from animegamer.train.recipe import LoraSettings, VaeRecipe
+from animegamer.train.recipe import GameStateRecipe, LoraSettings, VaeRecipe
 from animegamer.train.vae import build_vae
 
 GIB = 1 << 30

@@ -97,8 +97,7 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(p
     blurred across frames), 4×4 latent patches, frame-correlated noise and the spatial
     reference."""
     from animegamer.nano.vocabulary import world_words
-    from animegamer.train.game_state_phase import GameStateRecipe
-    from animegamer.train.recipe import load_recipe
+    from animegamer.train.recipe import GameStateRecipe, load_recipe
 
     recipe = load_recipe(path)
     assert recipe.game_state["init"]["tiny"]["words"] == "nano-world"

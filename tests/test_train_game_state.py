@@ -42,11 +42,6 @@ from animegamer.tokens import (
 )
 from animegamer.train.episodes import EpisodeWindow, episode_windows
 from animegamer.train.game_state_phase import (
-    BaseLLMInit,
-    CharacterInit,
-    GameStateRecipe,
-    TinyInit,
-    TinySpec,
     WindowSchedule,
     build_game_state_model,
     row_states,
@@ -57,6 +52,13 @@ from animegamer.train.game_state_phase import (
     window_losses,
     window_prompt,
     with_lora,
+)
+from animegamer.train.recipe import (
+    BaseLLMInit,
+    CharacterInit,
+    GameStateRecipe,
+    TinyGameStateInit,
+    TinySpec,
 )
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -218,7 +220,8 @@ def test_initial_models_read_the_queries(tmp_path):
     assert from_character.config.representation_source == "queries"
     with pytest.raises(ValueError, match="width"):
         build_game_state_model(CharacterInit(character=character), WIDTH + 1)
-    assert GameStateRecipe.model_validate({"init": {"tiny": {}}}).init == TinyInit(tiny=TinySpec())
+    tiny = GameStateRecipe.model_validate({"init": {"tiny": {}}}).init
+    assert tiny == TinyGameStateInit(tiny=TinySpec())
     with pytest.raises(ValueError, match="extra"):
         GameStateRecipe.model_validate(tiny_recipe(learning_rate=1.0))
     with pytest.raises(ValueError, match="init"):

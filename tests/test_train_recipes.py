@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from animegamer.train.game_state_phase import BaseLLMInit, GameStateRecipe
-from animegamer.train.recipe import RecipeError, load_recipe
+from animegamer.train.recipe import BaseLLMInit, GameStateRecipe, RecipeError, load_recipe
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 PAPER = [RECIPES / f"paper-{phase}.yaml" for phase in ("decoder", "game-state", "adapt")]

@@ -20,11 +20,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from accelerate import Accelerator
 
-from animegamer.train.recipe import Recipe, RecipeError, load_recipe
+from animegamer.train.recipe import GameStateRecipe, Recipe, RecipeError, load_recipe
 
 COMMANDS = ("vae", "decoder", "game-state", "adapt", "all")
 VAE = "vae"
@@ -86,22 +85,13 @@ def config_name(args: argparse.Namespace) -> str:
     return " + ".join(str(path) for path in args.config)
 
 
-def game_state_settings(args: argparse.Namespace, recipe: Recipe, num_processes: int) -> Any:
-    """Phase b's recipe section, validated by that phase's own model (`GameStateRecipe`), with
-    a batch the processes can share."""
-    from pydantic import ValidationError
-
-    from animegamer.train import game_state_phase
-
-    if recipe.game_state is None:
+def game_state_settings(
+    args: argparse.Namespace, recipe: Recipe, num_processes: int
+) -> GameStateRecipe:
+    """Phase b's recipe section, with a batch the processes can share."""
+    settings = recipe.game_state
+    if settings is None:
         raise RecipeError(f"{config_name(args)}: the recipe has no 'game_state' section (phase b)")
-    try:
-        settings = game_state_phase.GameStateRecipe.model_validate(recipe.game_state)
-    except ValidationError as error:
-        problems = "; ".join(
-            ".".join(map(str, ("game_state", *e["loc"]))) + f": {e['msg']}" for e in error.errors()
-        )
-        raise RecipeError(f"{config_name(args)}: {problems}") from None
     if settings.batch_size % num_processes:
         raise RecipeError(
             f"{config_name(args)}: game_state.batch_size {settings.batch_size} is not a multiple "

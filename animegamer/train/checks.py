@@ -146,7 +146,9 @@ def field_default(model: type[BaseModel], path: Sequence[str]) -> Any:
         return to_jsonable_python(field.get_default(call_default_factory=True))
     for candidate in get_args(field.annotation) or (field.annotation,):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return field_default(candidate, path[1:])
+            default = field_default(candidate, path[1:])
+            if default is not _NO_DEFAULT:
+                return default
     return _NO_DEFAULT
 
 

@@ -17,6 +17,7 @@ the dataset's motion-level values in the transformer, so play feeds what trainin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -38,14 +39,11 @@ from animegamer.models.noise_prior import INDEPENDENT_NOISE, FrameCorrelatedNois
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.train.loop import (
-    CHECKPOINTS,
     LoopSettings,
     MicroLoss,
-    latest_checkpoint,
-    losses_path,
+    resume_point,
     sample_indices,
     train_steps,
-    trim_losses,
 )
 from animegamer.train.recipe import (
     AdaptRecipe,
@@ -366,49 +364,105 @@ def run_stage(
     return reached
 
 
+@dataclass
+class PhaseSetup:
+    """What phases a and c set up alike: the pipeline they train, the dataset's shots with
+    their cached latents, the loop's settings and the step span (`setup_phase`)."""
+
+    phase: str
+    settings: DecoderRecipe | AdaptRecipe
+    seed: int
+    accelerator: Accelerator
+    out: Path
+    pipeline: AnimeGamerPipeline
+    rows: list[dict[str, Any]]
+    levels: MotionLevels
+    data: ShotDataset
+    loop: LoopSettings
+    step: int
+    checkpoint: Path | None
+    stop: int
+    total: int
+
+    def indices(self, micro: int, count: int) -> list[int]:
+        """This process's sample indices (of `count`) of a micro step."""
+        return sample_indices(
+            count, self.settings.batch_size, micro, self.seed,
+            self.accelerator.process_index, self.accelerator.num_processes,
+        )
+
+    def loss(
+        self,
+        wrapped: nn.Module,
+        samples: Sequence[dict[str, torch.Tensor]],
+        generator: torch.Generator,
+        condition: Callable[[dict[str, torch.Tensor], torch.Generator], dict[str, torch.Tensor]],
+    ) -> torch.Tensor:
+        """The v-prediction loss of `samples` (`ShotDataset` items): latents drawn from their
+        cached distribution, then the condition (`condition(batch, generator)`), then noise and
+        timesteps, all from `generator` in that order."""
+        device = self.accelerator.device
+        batch = {k: v.to(device) for k, v in collate(list(samples)).items()}
+        scaling = float(self.pipeline.vae.config.scaling_factor)
+        latents = draw_latents(batch["latent_mean"], batch["latent_std"], scaling, generator)
+        return v_prediction_loss(
+            wrapped, self.pipeline.scheduler, latents, batch["motion_scope"], generator,
+            self.settings.motion_weight, self.pipeline.noise_prior, **condition(batch, generator),
+        )
+
+
+def setup_phase(
+    phase: str,
+    settings: DecoderRecipe | AdaptRecipe,
+    recipe: Recipe,
+    accelerator: Accelerator,
+    dataset: Path,
+    out: Path,
+    make_pipeline: Callable[[list[dict[str, Any]], MotionLevels], AnimeGamerPipeline],
+    span: tuple[bool, int | None, int],
+) -> PhaseSetup:
+    """Phase a's or c's resume point, pipeline (`make_pipeline(rows, levels)`), latent cache
+    and loop settings; span = (resume, max_steps, the phase's total steps)."""
+    resume, max_steps, total = span
+    step, checkpoint = resume_point(out, phase, resume, accelerator)
+    rows = train_rows(dataset)
+    levels = levels_of(dataset)
+    pipeline = make_pipeline(rows, levels)
+    cache = cached_latents(accelerator, pipeline.vae, rows, dataset, out)
+    if recipe.gradient_checkpointing:
+        pipeline.transformer.enable_gradient_checkpointing()
+    loop = LoopSettings(
+        phase, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm,
+        settings.lr, settings.lr_schedule, recipe.keep_checkpoints,
+    )
+    return PhaseSetup(
+        phase, settings, recipe.seed, accelerator, out, pipeline, rows, levels,
+        ShotDataset(rows, dataset, cache, levels), loop, step, checkpoint,
+        total if max_steps is None else min(total, max_steps), total,
+    )
+
+
 def train_transformer(
     stage: Stage,
-    settings: DecoderRecipe | AdaptRecipe,
-    seed: int,
-    pipeline: AnimeGamerPipeline,
+    setup: PhaseSetup,
     model: ConditionedDecoder,
-    accelerator: Accelerator,
     make_loss: Callable[[nn.Module], MicroLoss],
-    loop: LoopSettings,
-    out: Path,
-    span: tuple[int, int, int],
+    start: int,
     checkpoint: Path | None,
-    levels: MotionLevels,
     folder: Path,
 ) -> Path | None:
-    """The stage that trains the transformer (phase a's joint stage, phase c): a LoRA, or every
-    weight with `transformer: full`; once the phase's last step is reached, the merged pipeline
-    is saved to `folder` (returned), else None."""
+    """The stage that trains the transformer (phase a's joint stage, phase c) from step
+    `start`: a LoRA, or every weight with `transformer: full`; once the phase's last step is
+    reached, the merged pipeline is saved to `folder` (returned), else None."""
+    pipeline, settings = setup.pipeline, setup.settings
     full = settings.transformer == "full"
-    lora = None if full else add_lora(pipeline.transformer, settings, seed)
+    lora = None if full else add_lora(pipeline.transformer, settings, setup.seed)
     set_trainable(model, stage, full)
-    run_stage(accelerator, model, make_loss, loop, out, span, checkpoint)
-    if span[1] < span[2]:
+    span = (start, setup.stop, setup.total)
+    run_stage(setup.accelerator, model, make_loss, setup.loop, setup.out, span, checkpoint)
+    if setup.stop < setup.total:
         return None
-    return finish(pipeline, lora, levels, folder, accelerator)
-
-
-def _resume_point(
-    out: Path, phase: str, resume: bool, accelerator: Accelerator
-) -> tuple[int, Path | None]:
-    """The step and checkpoint a run starts from (step 0 when `resume` finds none). A fresh
-    run refuses a folder that holds the phase's checkpoints: a later resume could otherwise
-    pick up another run's."""
-    found = latest_checkpoint(out, phase)
-    if found is not None and not resume:
-        raise TrainError(
-            f"{out / CHECKPOINTS / phase} holds checkpoints: pass --resume, or remove it"
-        )
-    step, folder = found if found is not None else (0, None)
-    if accelerator.is_main_process:
-        trim_losses(losses_path(out, phase), step)
-    accelerator.wait_for_everyone()
-    return step, folder
+    return finish(pipeline, lora, setup.levels, folder, setup.accelerator)
 
 
 def train_decoder(
@@ -424,62 +478,43 @@ def train_decoder(
     settings = recipe.decoder
     if settings is None:
         raise TrainError("the recipe has no 'decoder' section (phase a)")
-    step, checkpoint = _resume_point(out, DECODER, resume, accelerator)
-    rows = train_rows(dataset)
-    levels = levels_of(dataset)
-    pipeline = initial_pipeline(settings.init, dataset, rows, levels)
-    transformer, encoder = pipeline.transformer, pipeline.shot_encoder
-    assert encoder is not None
-    cache = cached_latents(accelerator, pipeline.vae, rows, dataset, out)
-    data = ShotDataset(rows, dataset, cache, levels)
-    model = ConditionedDecoder(transformer, encoder)
-    if recipe.gradient_checkpointing:
-        transformer.enable_gradient_checkpointing()
-    scaling = float(pipeline.vae.config.scaling_factor)
-    scheduler = pipeline.scheduler
-    loop = LoopSettings(
-        DECODER, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm,
-        settings.lr, settings.lr_schedule,
+    init = settings.init
+    setup = setup_phase(
+        DECODER, settings, recipe, accelerator, dataset, out,
+        lambda rows, levels: initial_pipeline(init, dataset, rows, levels),
+        (resume, max_steps, settings.warmup_steps + settings.joint_steps),
     )
-    warmup = settings.warmup_steps
-    total = warmup + settings.joint_steps
-    stop = total if max_steps is None else min(total, max_steps)
-    noise = pipeline.noise_prior
+    encoder = setup.pipeline.shot_encoder
+    assert encoder is not None
+    model = ConditionedDecoder(setup.pipeline.transformer, encoder)
+
+    def dropped_features(
+        batch: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        text, image = cfg_dropout(
+            batch["text_features"], batch["image_features"], settings.cfg_dropout, generator
+        )
+        return {"text_features": text, "image_features": image}
 
     def make_loss(wrapped: nn.Module) -> MicroLoss:
-        device = accelerator.device
-
         def micro_loss(micro: int, generator: torch.Generator) -> torch.Tensor:
-            indices = sample_indices(
-                len(data), settings.batch_size, micro, recipe.seed,
-                accelerator.process_index, accelerator.num_processes,
-            )
-            batch = {k: v.to(device) for k, v in collate([data[i] for i in indices]).items()}
-            latents = draw_latents(batch["latent_mean"], batch["latent_std"], scaling, generator)
-            text, image = cfg_dropout(
-                batch["text_features"], batch["image_features"], settings.cfg_dropout, generator
-            )
-            return v_prediction_loss(
-                wrapped, scheduler, latents, batch["motion_scope"], generator,
-                settings.motion_weight, noise, text_features=text, image_features=image,
-            )
+            samples = [setup.data[i] for i in setup.indices(micro, len(setup.data))]
+            return setup.loss(wrapped, samples, generator, dropped_features)
 
         return micro_loss
 
+    step, checkpoint, warmup = setup.step, setup.checkpoint, settings.warmup_steps
     # a checkpoint at or before the end of warm-up holds the model without its LoRA
     if step < warmup or (checkpoint is not None and step <= warmup):
         set_trainable(model, "warmup")
         step = run_stage(
-            accelerator, model, make_loss, loop, out,
-            (step, min(warmup, stop), total), checkpoint,
+            accelerator, model, make_loss, setup.loop, out,
+            (step, min(warmup, setup.stop), setup.total), checkpoint,
         )
         checkpoint = None
-    if step >= stop and stop < total:
+    if step >= setup.stop and setup.stop < setup.total:
         return None
-    return train_transformer(
-        "joint", settings, recipe.seed, pipeline, model, accelerator, make_loss, loop, out,
-        (step, stop, total), checkpoint, levels, out / DECODER,
-    )
+    return train_transformer("joint", setup, model, make_loss, step, checkpoint, out / DECODER)
 
 
 def load_game_state(folder: Path, accelerator: Accelerator) -> GameStateModel:
@@ -524,30 +559,19 @@ def adapt(
     settings: AdaptRecipe | None = recipe.adapt
     if settings is None:
         raise TrainError("the recipe has no 'adapt' section (phase c)")
-    step, checkpoint = _resume_point(out, ADAPT, resume, accelerator)
-    pipeline = load_pipeline(decoder or out / DECODER)
-    transformer, encoder = pipeline.transformer, pipeline.shot_encoder
+    setup = setup_phase(
+        ADAPT, settings, recipe, accelerator, dataset, out,
+        lambda rows, levels: load_pipeline(decoder or out / DECODER),
+        (resume, max_steps, settings.steps),
+    )
+    transformer, encoder = setup.pipeline.transformer, setup.pipeline.shot_encoder
     assert encoder is not None
-    rows = train_rows(dataset)
-    levels = levels_of(dataset)
-    windows = episode_windows(rows, settings.max_turns, recipe.seed)
-    cache = cached_latents(accelerator, pipeline.vae, rows, dataset, out)
-    data = ShotDataset(rows, dataset, cache, levels)
-    position = {row["shot_id"]: index for index, row in enumerate(rows)}
+    windows = episode_windows(setup.rows, settings.max_turns, recipe.seed)
+    position = {row["shot_id"]: index for index, row in enumerate(setup.rows)}
     device = accelerator.device
     game_state_model = load_game_state(game_state or out / GAME_STATE, accelerator)
     encoder.requires_grad_(False).eval().to(device)
     model = ConditionedDecoder(transformer)
-    if recipe.gradient_checkpointing:
-        transformer.enable_gradient_checkpointing()
-    scaling = float(pipeline.vae.config.scaling_factor)
-    scheduler = pipeline.scheduler
-    loop = LoopSettings(
-        ADAPT, recipe.seed, recipe.checkpoint_every, recipe.log_every, settings.max_grad_norm,
-        settings.lr, settings.lr_schedule,
-    )
-    total = settings.steps
-    stop = total if max_steps is None else min(total, max_steps)
 
     @torch.no_grad()
     def condition(chosen: Sequence[EpisodeWindow], generator: torch.Generator) -> torch.Tensor:
@@ -564,28 +588,19 @@ def adapt(
         uncond = transformer.uncond_representation.to(predicted)
         return torch.where(drop.to(device)[:, None, None], uncond, predicted)
 
-    noise = pipeline.noise_prior
-
     def make_loss(wrapped: nn.Module) -> MicroLoss:
         def micro_loss(micro: int, generator: torch.Generator) -> torch.Tensor:
-            indices = sample_indices(
-                len(windows), settings.batch_size, micro, recipe.seed,
-                accelerator.process_index, accelerator.num_processes,
-            )
-            chosen = [windows[i] for i in indices]
-            samples = [data[position[window.target["shot_id"]]] for window in chosen]
-            batch = {k: v.to(device) for k, v in collate(samples).items()}
-            latents = draw_latents(batch["latent_mean"], batch["latent_std"], scaling, generator)
-            return v_prediction_loss(
-                wrapped, scheduler, latents, batch["motion_scope"], generator,
-                settings.motion_weight, noise, representation=condition(chosen, generator),
+            chosen = [windows[i] for i in setup.indices(micro, len(windows))]
+            samples = [setup.data[position[window.target["shot_id"]]] for window in chosen]
+            return setup.loss(
+                wrapped, samples, generator,
+                lambda _, drawn: {"representation": condition(chosen, drawn)},
             )
 
         return micro_loss
 
     return train_transformer(
-        "adapt", settings, recipe.seed, pipeline, model, accelerator, make_loss, loop, out,
-        (step, stop, total), checkpoint, levels, out / ADAPTED,
+        "adapt", setup, model, make_loss, setup.step, setup.checkpoint, out / ADAPTED
     )
 
 

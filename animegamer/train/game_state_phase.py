@@ -43,14 +43,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from safetensors.torch import load_file
 from torch import nn
 from tqdm.auto import tqdm
@@ -71,14 +69,21 @@ from animegamer.tokens import (
     state_block_ids,
 )
 from animegamer.train.episodes import EpisodeWindow, episode_windows
-from animegamer.train.loop import check_finite, losses_path
+from animegamer.train.loop import (
+    check_finite,
+    latest_checkpoint,
+    losses_path,
+    resume_point,
+    save_checkpoint,
+)
+from animegamer.train.recipe import (
+    BaseLLMInit,
+    CharacterInit,
+    GameStateRecipe,
+    TinyGameStateInit,
+)
 
 __all__ = [
-    "BaseLLMInit",
-    "CharacterInit",
-    "GameStateRecipe",
-    "TinyInit",
-    "TinySpec",
     "TrainingSample",
     "WindowSchedule",
     "accelerator_options",
@@ -100,77 +105,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PHASE_FOLDER = "game_state"
-CHECKPOINTS = "checkpoints"
-CHECKPOINT_STATE = "trainer_state.json"
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-NANO_WORLD_WORDS = "nano-world"
-"""`TinySpec.words` written so: the Nano world's vocabulary."""
 NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "norm")
 """Mistral's RMSNorms (each decoder layer's two and the final one): they train fully."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CharacterInit(_Strict):
-    """Start from an existing character folder (a converted release or an earlier run)."""
-
-    character: Path
-
-
-class BaseLLMInit(_Strict):
-    """Start from a Mistral causal-LM folder (weights and tokenizer): the AnimeGamer tokens are
-    added, the embeddings resized, the resamplers fresh."""
-
-    base_llm: Path
-
-
-class TinySpec(_Strict):
-    seed: int = 0
-    hidden_size: int = Field(64, ge=16, multiple_of=32)
-    num_hidden_layers: int = Field(2, ge=1)
-    words: tuple[str, ...] = ()
-    """Whole-word tokens of the tokenizer (`build_tiny_base_tokenizer`): a small world's
-    vocabulary, so that the model reads each of its words from one token. A recipe may write
-    `words: nano-world` for the Nano world's words (`animegamer.nano.vocabulary.world_words`)."""
-
-    @field_validator("words", mode="before")
-    @classmethod
-    def _world_words(cls, words: object) -> object:
-        if words == NANO_WORLD_WORDS:
-            from animegamer.nano.vocabulary import world_words
-
-            return world_words()
-        return words
-
-
-class TinyInit(_Strict):
-    """A fresh tiny random model (`models.tiny_game_state`), for tests and the CPU world."""
-
-    tiny: TinySpec
-
-
-class GameStateRecipe(_Strict):
-    """Hyperparameters of phase (b). Paper values where it gives them (lr, LoRA, α, 1–5 turns,
-    15k steps); the batch size is ours."""
-
-    init: CharacterInit | BaseLLMInit | TinyInit
-    steps: int = Field(15_000, ge=1)
-    lr: float = Field(5e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    batch_size: int = Field(8, ge=1, description="windows per optimizer step, all processes")
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    lora_rank: int = Field(32, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
-    lora_target_modules: tuple[str, ...] = LORA_TARGETS
-    mse_weight: float = Field(1.0, ge=0, description="α of the representation loss")
-    max_turns: int = Field(5, ge=1, le=5)
-    seed: int = 0
-    checkpoint_every: int = Field(500, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
-    gradient_checkpointing: bool = False
 
 
 # ---- samples ----
@@ -284,7 +220,7 @@ class WindowSchedule:
 # ---- the model ----
 
 
-def build_game_state_model(init: CharacterInit | BaseLLMInit | TinyInit,
+def build_game_state_model(init: CharacterInit | BaseLLMInit | TinyGameStateInit,
                            representation_dim: int) -> GameStateModel:
     """The model phase (b) starts from (fp32, on CPU), reading the representation at the query
     positions (`representation_source="queries"`)."""
@@ -378,35 +314,6 @@ def accelerator_options(recipe: GameStateRecipe, num_processes: int) -> dict[str
     }
 
 
-def _checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints (their step written last), oldest first."""
-    found = []
-    for state in folder.glob(f"step-*/{CHECKPOINT_STATE}"):
-        found.append((json.loads(state.read_text(encoding="utf-8"))["step"], state.parent))
-    return sorted(found)
-
-
-def _save_checkpoint(accelerator: Any, folder: Path, step: int, keep: int) -> None:
-    path = folder / f"step-{step:08d}"
-    accelerator.save_state(str(path))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        (path / CHECKPOINT_STATE).write_text(json.dumps({"step": step}) + "\n", encoding="utf-8")
-        for _, old in _checkpoints(folder)[:-keep]:
-            shutil.rmtree(old)
-    accelerator.wait_for_everyone()
-
-
-def _truncate_losses(path: Path, step: int) -> None:
-    """Drop logged steps after `step` (an interrupted run may have logged past its last
-    checkpoint)."""
-    if not path.is_file():
-        return
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-             if line and json.loads(line)["step"] <= step]
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-
-
 def _saves_plain_state_dicts(accelerator: Any) -> bool:
     """Whether `save_state` writes the model's state dict itself (not DeepSpeed, FSDP or
     Megatron, which save their own way and keep everything)."""
@@ -497,12 +404,9 @@ def train_game_state(
         raise ValueError(f"batch_size {recipe.batch_size} on {accelerator.num_processes} "
                          f"processes needs an Accelerator with gradient_accumulation_steps="
                          f"{accumulation}, not {accelerator.gradient_accumulation_steps}")
-    dataset, folder = Path(dataset), Path(out) / PHASE_FOLDER
-    # beside the phase's output, as the decoder phases keep theirs (`loop`)
-    checkpoints = Path(out) / CHECKPOINTS / PHASE_FOLDER
-    losses = losses_path(Path(out), PHASE_FOLDER)
-    if not resume and _checkpoints(checkpoints):
-        raise FileExistsError(f"{checkpoints} holds checkpoints: resume, or remove it")
+    dataset, out = Path(dataset), Path(out)
+    folder, losses = out / PHASE_FOLDER, losses_path(out, PHASE_FOLDER)
+    start, checkpoint = resume_point(out, PHASE_FOLDER, resume, accelerator)
     rows = read_rows(dataset).get("train", [])
     schedule = WindowSchedule(rows, recipe.max_turns, recipe.seed)
 
@@ -524,15 +428,10 @@ def train_game_state(
     plain = _saves_plain_state_dicts(accelerator)
     hook = _checkpoint_trainable_only(accelerator, peft_model) if plain else None
 
-    start = 0
-    if resume and _checkpoints(checkpoints):
-        start, path = _checkpoints(checkpoints)[-1]
-        accelerator.load_state(str(path), **({"strict": False} if plain else {}))
-        logger.info("resuming from %s (step %d)", path, start)
+    if checkpoint is not None:
+        accelerator.load_state(str(checkpoint), **({"strict": False} if plain else {}))
+        logger.info("resuming from %s (step %d)", checkpoint, start)
     stop = recipe.steps if max_steps is None else min(recipe.steps, max_steps)
-    if accelerator.is_main_process:
-        losses.parent.mkdir(parents=True, exist_ok=True)
-        _truncate_losses(losses, start)
 
     trainer = _Trainer(accelerator, peft_model, optimizer, trainable, encoder, tokenizer, dataset,
                        recipe)
@@ -543,16 +442,15 @@ def train_game_state(
             record = {"step": step + 1, **trainer.step(schedule.batch(step, recipe.batch_size))}
             if not math.isfinite(record["loss"]):
                 bar.close()
-                found = _checkpoints(checkpoints)
-                last_good = found[-1][1] if found else None
-                check_finite(record["loss"], PHASE_FOLDER, step + 1, last_good)
+                found = latest_checkpoint(out, PHASE_FOLDER)
+                check_finite(record["loss"], PHASE_FOLDER, step + 1, found[1] if found else None)
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step + 1)
             bar.set_postfix(loss=f"{record['loss']:.4f}")
             if accelerator.is_main_process:
                 with losses.open("a", encoding="utf-8") as file:
                     file.write(json.dumps(record) + "\n")
             if (step + 1) % recipe.checkpoint_every == 0 or step + 1 == stop:
-                _save_checkpoint(accelerator, checkpoints, step + 1, recipe.keep_checkpoints)
+                save_checkpoint(accelerator, out, PHASE_FOLDER, step + 1, recipe.keep_checkpoints)
     finally:
         if hook is not None:
             hook.remove()

@@ -1,7 +1,11 @@
-"""The optimisation loop the decoder phases share, on `accelerate`.
+"""The optimisation loop the decoder phases share, on `accelerate`, and the checkpoint policy
+of every phase.
 
 Resuming reproduces an uninterrupted run: a checkpoint is `accelerator.save_state` (model,
-optimizer, RNG states) in `OUT/checkpoints/<phase>/step-NNNNNNNN`, and everything random in a
+optimizer, RNG states) in `OUT/checkpoints/<phase>/step-NNNNNNNN`, complete once its
+`trainer_state.json` (the step) is written; `save_checkpoint` then removes all but the newest
+`keep` (accelerate's own rotation, `ProjectConfiguration(automatic_checkpoint_naming=True)`,
+numbers its folders by save, not by step, in one folder for all phases). Everything random in a
 step (which samples, the noise, the timesteps, the dropout) comes from `micro_generator(seed,
 micro step, process)` and `sample_indices(...)`, pure functions of the step counter; so does the
 data order. Losses go to `OUT/logs/<phase>/losses.jsonl` as `{"step": s, "loss": x}` lines (a
@@ -13,18 +17,21 @@ from __future__ import annotations
 
 import json
 import math
-import re
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
+from transformers import get_constant_schedule, get_cosine_schedule_with_warmup
 
 CHECKPOINTS = "checkpoints"
+CHECKPOINT_STATE = "trainer_state.json"
+"""Written last into a checkpoint folder: its step; a folder without it is incomplete."""
 LOGS = "logs"
-_STEP_DIR = re.compile(r"step-(\d{8})")
 
 MicroLoss = Callable[[int, torch.Generator], torch.Tensor]
 """loss(micro step, generator) → the scalar loss of one micro-batch of this process."""
@@ -60,15 +67,53 @@ def checkpoint_dir(out: Path, phase: str, step: int) -> Path:
     return out / CHECKPOINTS / phase / f"step-{step:08d}"
 
 
+def complete_checkpoints(out: Path, phase: str) -> list[tuple[int, Path]]:
+    """The (step, folder) of the phase's complete checkpoints, oldest first."""
+    states = (out / CHECKPOINTS / phase).glob(f"step-*/{CHECKPOINT_STATE}")
+    return sorted(
+        (json.loads(state.read_text(encoding="utf-8"))["step"], state.parent)
+        for state in states
+    )
+
+
 def latest_checkpoint(out: Path, phase: str) -> tuple[int, Path] | None:
     """The (step, folder) of the phase's newest complete checkpoint, or None."""
-    folder = out / CHECKPOINTS / phase
-    found = [
-        (int(match.group(1)), path)
-        for path in (folder.iterdir() if folder.is_dir() else ())
-        if (match := _STEP_DIR.fullmatch(path.name)) and path.is_dir()
-    ]
-    return max(found) if found else None
+    found = complete_checkpoints(out, phase)
+    return found[-1] if found else None
+
+
+def save_checkpoint(accelerator: Accelerator, out: Path, phase: str, step: int, keep: int) -> None:
+    """`accelerator.save_state` into the step's folder, marked complete, then all but the
+    phase's newest `keep` complete checkpoints removed."""
+    folder = checkpoint_dir(out, phase, step)
+    accelerator.save_state(str(folder))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        state = json.dumps({"step": step}) + "\n"
+        (folder / CHECKPOINT_STATE).write_text(state, encoding="utf-8")
+        for _, old in complete_checkpoints(out, phase)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+
+
+def resume_point(
+    out: Path, phase: str, resume: bool, accelerator: Accelerator
+) -> tuple[int, Path | None]:
+    """The step and checkpoint a run starts from (step 0 when `resume` finds none), the loss
+    log trimmed to that step. A fresh run refuses a folder that holds the phase's checkpoints:
+    a later resume could otherwise pick up another run's."""
+    found = latest_checkpoint(out, phase)
+    if found is not None and not resume:
+        raise FileExistsError(
+            f"{out / CHECKPOINTS / phase} holds checkpoints: pass --resume, or remove it"
+        )
+    step, folder = found if found is not None else (0, None)
+    if accelerator.is_main_process:
+        path = losses_path(out, phase)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        trim_losses(path, step)
+    accelerator.wait_for_everyone()
+    return step, folder
 
 
 def micro_generator(seed: int, micro_step: int, process_index: int = 0) -> torch.Generator:
@@ -130,16 +175,22 @@ class LoopSettings:
     max_grad_norm: float
     lr: float
     lr_schedule: str = "constant"
+    keep_checkpoints: int = 2
 
 
-def lr_factor(schedule: str, step: int, total: int) -> float:
-    """The learning rate's multiplier at optimizer step `step` (0-based) of a phase of `total`:
-    1 for `"constant"`; for `"cosine"` a half cosine from 1 at the first step to 0 after the
-    last. A function of the step alone, so a resumed run continues the same curve."""
+def lr_scheduler(
+    optimizer: torch.optim.Optimizer, schedule: str, lr: float, start: int, total: int
+) -> LambdaLR:
+    """transformers' schedule of a phase of `total` optimizer steps, set at step `start`
+    (0-based): `"constant"` keeps `lr`; `"cosine"` is a half cosine from `lr` at the first step
+    to 0 after the last (no warm-up). A function of the step alone, so a resumed run, or a
+    stage with a new optimizer, continues the same curve; step it once per optimizer step."""
+    for group in optimizer.param_groups:
+        group["initial_lr"] = lr  # what the schedule scales, whatever a checkpoint left in "lr"
     if schedule == "constant":
-        return 1.0
+        return get_constant_schedule(optimizer, last_epoch=start - 1)
     if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))
+        return get_cosine_schedule_with_warmup(optimizer, 0, total, last_epoch=start - 1)
     raise ValueError(f"unknown lr schedule {schedule!r} (constant, cosine)")
 
 
@@ -170,9 +221,8 @@ def train_steps(
         total=total, initial=start, desc=settings.phase,
         disable=not accelerator.is_local_main_process,
     )
+    scheduler = lr_scheduler(optimizer, settings.lr_schedule, settings.lr, start, total)
     for step in range(start, end):
-        for group in optimizer.param_groups:
-            group["lr"] = settings.lr * lr_factor(settings.lr_schedule, step, total)
         losses = []
         for k in range(accumulation):
             micro = step * accumulation + k
@@ -186,6 +236,7 @@ def train_steps(
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             losses.append(loss.detach())
+        scheduler.step()
         mean = accelerator.reduce(torch.stack(losses).mean(), reduction="mean").item()
         done = step + 1
         if not math.isfinite(mean):
@@ -200,6 +251,6 @@ def train_steps(
                     file.write(json.dumps({"step": done, "loss": mean}) + "\n")
             accelerator.log({f"{settings.phase}/loss": mean}, step=done)
         if done % settings.checkpoint_every == 0 or done == end:
-            accelerator.save_state(str(checkpoint_dir(out, settings.phase, done)))
+            save_checkpoint(accelerator, out, settings.phase, done, settings.keep_checkpoints)
     bar.close()
     return end

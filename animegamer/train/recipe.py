@@ -5,9 +5,11 @@
     gradient_accumulation_steps: 1
     gradient_checkpointing: true
     checkpoint_every: 500            # optimizer steps between `accelerator.save_state` checkpoints
+    keep_checkpoints: 2              # the newest checkpoints phases a and c keep
     log_every: 10                    # optimizer steps between lines of OUT/<phase>/losses.jsonl
+    vae:       {...}                 # a small world's own VAE (`VaeRecipe`)
     decoder:   {...}                 # phase a (`DecoderRecipe`)
-    game_state: {...}                # phase b (its own model, validated by its phase)
+    game_state: {...}                # phase b (`GameStateRecipe`)
     adapt:     {...}                 # phase c (`AdaptRecipe`)
     data: {clip_size: [480, 720], features: real}   # the dataset `animegamer.create` builds
 
@@ -222,6 +224,72 @@ class DataRecipe(_Section):
         return size
 
 
+LLM_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Phase b's LoRA targets: the language model's attention and MLP projections."""
+NANO_WORLD_WORDS = "nano-world"
+"""`TinySpec.words` written so: the Nano world's vocabulary."""
+
+
+class CharacterInit(_Section):
+    """Start from an existing character folder (a converted release or an earlier run)."""
+
+    character: Path
+
+
+class BaseLLMInit(_Section):
+    """Start from a Mistral causal-LM folder (weights and tokenizer): the AnimeGamer tokens are
+    added, the embeddings resized, the resamplers fresh."""
+
+    base_llm: Path
+
+
+class TinySpec(_Section):
+    seed: int = 0
+    hidden_size: int = Field(64, ge=16, multiple_of=32)
+    num_hidden_layers: int = Field(2, ge=1)
+    words: tuple[str, ...] = ()
+    """Whole-word tokens of the tokenizer (`build_tiny_base_tokenizer`): a small world's
+    vocabulary, so that the model reads each of its words from one token. A recipe may write
+    `words: nano-world` for the Nano world's words (`animegamer.nano.vocabulary.world_words`)."""
+
+    @field_validator("words", mode="before")
+    @classmethod
+    def _world_words(cls, words: object) -> object:
+        if words == NANO_WORLD_WORDS:
+            from animegamer.nano.vocabulary import world_words
+
+            return world_words()
+        return words
+
+
+class TinyGameStateInit(_Section):
+    """A fresh tiny random model (`models.tiny_game_state`), for tests and the CPU world."""
+
+    tiny: TinySpec
+
+
+class GameStateRecipe(_Section):
+    """Phase b: the game-state model (`game_state_phase`). Paper values where it gives them
+    (lr, LoRA, α, 1–5 turns, 15k steps); the batch size is ours."""
+
+    init: CharacterInit | BaseLLMInit | TinyGameStateInit
+    steps: int = Field(15_000, ge=1)
+    lr: float = Field(5e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(8, ge=1, description="windows per optimizer step, all processes")
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    lora_rank: int = Field(32, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_target_modules: tuple[str, ...] = LLM_LORA_TARGETS
+    mse_weight: float = Field(1.0, ge=0, description="α of the representation loss")
+    max_turns: int = Field(5, ge=1, le=5)
+    seed: int = 0
+    checkpoint_every: int = Field(500, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    gradient_checkpointing: bool = False
+
+
 class Recipe(_Section):
     """A whole training run; phases missing from the file cannot be run. `data` is read by
     `animegamer.create` only."""
@@ -231,10 +299,12 @@ class Recipe(_Section):
     gradient_accumulation_steps: int = Field(default=1, gt=0)
     gradient_checkpointing: bool = False
     checkpoint_every: int = Field(default=500, gt=0)
+    keep_checkpoints: int = Field(default=2, gt=0)
+    """Phases a and c keep their newest this many checkpoints (phase b: its own field)."""
     log_every: int = Field(default=10, gt=0)
     vae: VaeRecipe | None = None
     decoder: DecoderRecipe | None = None
-    game_state: dict[str, Any] | None = None
+    game_state: GameStateRecipe | None = None
     adapt: AdaptRecipe | None = None
     data: DataRecipe | None = None
 
