@@ -116,7 +116,8 @@ WATCH_PREVIEW_JS = """() => {
     const img = document.querySelector('#ag-preview .ag-preview img');
     const video = document.querySelector('#ag-clip video');
     if (img && !video && !window.__agPreviews.includes(img.src)) window.__agPreviews.push(img.src);
-  }).observe(document.querySelector('#ag-preview'), {subtree: true, childList: true});
+  }).observe(document.querySelector('#ag-preview'),
+    {subtree: true, childList: true, attributes: true});
 }"""
 
 

@@ -19,10 +19,16 @@ from animegamer.ui.views import preview_html
 @dataclass(frozen=True)
 class FakePreview:
     frames: np.ndarray
+    step: int = 1
+    num_steps: int = 4
 
 
 def preview(value: int) -> FakePreview:
     return FakePreview(np.full((3, 4, 6, 3), value, np.uint8))
+
+
+def shown(value: int) -> str:
+    return preview_html(preview(value).frames, 1, 4)
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +46,11 @@ def test_previews_come_in_order_then_the_update_and_never_after_it():
         return "update"
 
     steps = run_with_previews(turn, live=True)
-    shown = []
+    shown_frames = []
     for gate in released:
-        shown.append(next(steps))
+        shown_frames.append(next(steps))
         gate.set()
-    assert shown == [preview_html(preview(v).frames) for v in (10, 20, 30)]
+    assert shown_frames == [shown(v) for v in (10, 20, 30)]
     assert list(steps) == ["update"]
 
 
@@ -70,9 +76,9 @@ def test_a_failed_turn_raises_in_the_event_after_its_previews():
 
 
 def test_preview_html_inlines_each_frame():
-    html = preview_html(preview(200).frames)
+    html = preview_html(preview(200).frames, 2, 8)
     assert html.count('src="data:image/png;base64,') == 3
-    assert 'class="ag-preview"' in html
+    assert 'class="ag-preview"' in html and "step 2 of 8" in html
 
 
 def test_the_command_line_empties_when_sent_and_returns_when_the_turn_fails(ui):

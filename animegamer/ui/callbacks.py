@@ -81,10 +81,17 @@ class Progress(Protocol):
 class ClipPreview(Protocol):
     """What a turn hands to its `on_preview` while the clip denoises (the engine's
     `animegamer.models.latent_preview.ClipPreview`): small uint8 frames [n, h, w, 3] of the
-    clip's current estimate (its first, middle and last frame)."""
+    clip's current estimate (its first, middle and last frame), after `step` of `num_steps`
+    denoising steps."""
 
     @property
     def frames(self) -> np.ndarray: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def num_steps(self) -> int: ...
 
 
 PreviewCallback = Callable[[ClipPreview], None]

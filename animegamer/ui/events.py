@@ -165,7 +165,7 @@ def run_with_previews(
             latest = newer
         if latest is _DONE:
             break
-        yield preview_html(latest.frames)
+        yield preview_html(latest.frames, latest.step, latest.num_steps)
     if "error" in result:
         raise result["error"]
     yield result["update"]

@@ -267,10 +267,10 @@ def game_summary(session: Session, engine_kind: str) -> dict[str, Any]:
 
 
 
-def preview_html(frames: np.ndarray) -> str:
-    """The clip as it forms, for the stage: `frames` (uint8 [n, h, w, 3]) side by side as
-    inline PNGs, scaled up by the browser. Inline, so no file is written or fetched and the
-    picture changes in place."""
+def preview_html(frames: np.ndarray, step: int, num_steps: int) -> str:
+    """The clip as it forms after `step` of `num_steps` denoising steps, for the stage:
+    `frames` (uint8 [n, h, w, 3]) side by side as inline PNGs, scaled up by the browser. Inline,
+    so no file is written or fetched and the picture changes in place."""
     images = []
     for frame in frames:
         buffer = io.BytesIO()
@@ -279,5 +279,6 @@ def preview_html(frames: np.ndarray) -> str:
         images.append(f'<img alt="" src="data:image/png;base64,{data}">')
     return (
         '<div class="ag-preview" role="img" aria-label="The clip as it forms">'
-        f'{"".join(images)}<span class="ag-preview-label">Forming…</span></div>'
+        f'{"".join(images)}<span class="ag-preview-label">Forming… step {step} of {num_steps}'
+        "</span></div>"
     )
