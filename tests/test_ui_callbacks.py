@@ -11,6 +11,7 @@ import dataclasses
 import errno
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -189,7 +190,7 @@ def test_restart_gives_fresh_gauges_and_can_be_undone_once(ui):
     assert update.screen.summary["gauges"] == {"stamina": 50, "social": 50, "entertainment": 50}
     assert update.fields == ("Qiqi", "quickly", "fly on broomstick", "day/night", "sky")
     assert update.player.previous_game is played.session and folder.is_dir()
-    assert "previous game (1 turns) is kept" in update.toast
+    assert "previous game (1 turn) is kept" in update.toast
 
     again = ui.restart(update.player)  # an empty game never replaces the one to go back to
     assert again.player.previous_game is played.session and folder.is_dir()
@@ -226,7 +227,7 @@ def test_send_reads_the_command_and_shows_a_pending_bubble(ui, two_turns):
     player = ui.new_player()
     sent = ui.send(player, "run, night town")
     assert sent.fields == ("Qiqi", "quickly", "run", "night", "town")
-    assert sent.command == "quickly run, night town"
+    assert sent.text == "run, night town"
     assert [m["role"] for m in sent.chat] == ["user", "assistant"]
     assert sent.chat[0]["content"] == "quickly run, night town"
     assert '<div class="ag-pending">' in sent.chat[1]["content"]
@@ -494,7 +495,7 @@ def test_engine_failures_become_messages_and_keep_the_game(
 
 
 def test_failure_outside_the_gpu_function_is_reported(registry, tmp_path):
-    def broken_runner(session, instruction, seed, progress=None):
+    def broken_runner(session, instruction, seed, progress=None, on_preview=None):
         raise ConnectionError("worker vanished")
 
     ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry, run_turn=broken_runner)
@@ -558,7 +559,7 @@ class SlowTurns:
     def __init__(self, engine, seconds: float) -> None:
         self.engine, self.seconds = engine, seconds
 
-    def __call__(self, session, instruction, seed, progress=None):
+    def __call__(self, session, instruction, seed, progress=None, on_preview=None):
         time.sleep(self.seconds)
         return self.engine.play(session, instruction, seed=seed)
 
@@ -639,10 +640,28 @@ def test_a_full_disk_is_reported_as_such(engine, registry, tmp_path, monkeypatch
         ui.save(played)
 
 
+def test_a_full_disk_under_the_clip_writer_is_reported_as_such(engine, registry, monkeypatch):
+    """ffmpeg, writing the clip in a subprocess, reports a full disk as a broken pipe."""
+
+    def broken_pipe(*args, **kwargs):
+        raise OSError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(engine.clips, "write_clip", broken_pipe)
+    ui = GameUI(engine, registry)
+    with pytest.raises(gr.Error, match="Turn failed: Something went wrong") as error:
+        ui.play(None, QIQI)
+    assert error.value.title == "Turn failed"
+    full = shutil.disk_usage(engine.clips.root)._replace(free=4096)
+    monkeypatch.setattr("animegamer.ui.callbacks.shutil.disk_usage", lambda path: full)
+    with pytest.raises(gr.Error, match=r"Disk full: The server.*disk is full") as error:
+        ui.play(None, QIQI)
+    assert error.value.title == "Disk full"
+
+
 def make_turn_runner_failing(failure):
     from animegamer.ui.callbacks import turn_errors
 
-    def run_turn(session, instruction, seed, progress=None):
+    def run_turn(session, instruction, seed, progress=None, on_preview=None):
         with turn_errors():
             failure()
 
@@ -746,7 +765,7 @@ def test_known_words_play_in_the_short_and_the_long_form(closed_ui, text, motion
 
 def test_the_closed_world_starts_from_its_own_words(closed_ui):
     expected = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
-    assert closed_ui.default_fields("Qiqi") == expected
+    assert tuple(closed_ui.default_instruction("Qiqi").fields().values()) == expected
     assert closed_ui.default_command(closed_ui.new_player().session) == (
         "quickly fly on broomstick, day sky"
     )

@@ -13,6 +13,7 @@ import dataclasses
 import errno
 import html
 import logging
+import shutil
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from textwrap import shorten
 from typing import Any, NamedTuple, Protocol
 
 import gradio as gr
+import numpy as np
 import pandas as pd
 import spaces
 import torch
@@ -83,6 +85,25 @@ class Progress(Protocol):
     def __call__(self, progress: float, desc: str | None = None) -> Any: ...
 
 
+class ClipPreview(Protocol):
+    """What a turn hands to its `on_preview` while the clip denoises (the engine's
+    `animegamer.models.latent_preview.ClipPreview`): small uint8 frames [n, h, w, 3] of the
+    clip's current estimate (its first, middle and last frame), after `step` of `num_steps`
+    denoising steps."""
+
+    @property
+    def frames(self) -> np.ndarray: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def num_steps(self) -> int: ...
+
+
+PreviewCallback = Callable[[ClipPreview], None]
+
+
 class TurnRunner(Protocol):
     def __call__(
         self,
@@ -90,6 +111,7 @@ class TurnRunner(Protocol):
         instruction: Instruction,
         seed: int | None,
         progress: Progress | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> Session: ...
 
 
@@ -115,6 +137,13 @@ class Engine(Protocol):
         seed: int | None = None,
         progress: Callable[[float, str], None] | None = None,
     ) -> Session: ...
+
+
+def shows_live_preview(engine: Engine) -> bool:
+    """Whether the engine's turns report the clip as it forms (`engine.play(...,
+    on_preview=...)`), with its live-preview setting on. ZeroGPU plays a turn in another
+    process, where a callback into this one cannot reach."""
+    return bool(getattr(engine, "live_preview", False)) and not engine.placement.zero_gpu
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,22 +175,36 @@ class Screen(NamedTuple):
 @dataclass(frozen=True)
 class Update:
     """The result of an action: the new player state, the screen, and (when the action sets
-    them) the five instruction fields in `INSTRUCTION_FIELDS` order."""
+    one) the instruction to offer next: the one played, undone or last played in a game that
+    returns, or the character's default."""
 
     player: Player
     screen: Screen
-    fields: tuple[str, ...] | None = None
+    instruction: Instruction | None = None
     toast: str | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The instruction's five fields in `INSTRUCTION_FIELDS` order (as the API returns)."""
+        return None if self.instruction is None else instruction_values(self.instruction)
 
 
 @dataclass(frozen=True)
 class Sent:
-    """A command read and about to be played: the five fields for the turn, the command as it
-    will be played, and the story with the pending bubble."""
+    """A command read and about to be played: what the player typed, the instruction it asks
+    for, and the story with the pending bubble."""
 
-    fields: tuple[str, ...]
-    command: str
+    text: str
+    instruction: Instruction
     chat: list[dict[str, Any]]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return instruction_values(self.instruction)
+
+
+def instruction_values(instruction: Instruction) -> tuple[str, ...]:
+    return tuple(instruction.fields().values())
 
 
 def user_error(message: str, title: str) -> gr.Error:
@@ -174,8 +217,26 @@ def user_error(message: str, title: str) -> gr.Error:
     )
 
 
-def is_disk_full(error: BaseException) -> bool:
-    return isinstance(error, OSError) and error.errno in {errno.ENOSPC, errno.EDQUOT}
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+MIN_FREE_BYTES = 1 << 20
+"""A failed write on a disk with less free space than this was a full disk's doing."""
+
+
+def is_disk_full(error: BaseException, folder: Path | None = None) -> bool:
+    """Whether `error` (or an error that led to it) is a full disk. A writer in a subprocess
+    (ffmpeg) reports a full disk as a broken pipe, so an `OSError` while `folder`'s disk has no
+    room left counts too."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if folder is None or not isinstance(error, OSError):
+        return False
+    try:
+        return shutil.disk_usage(folder).free < MIN_FREE_BYTES
+    except OSError:
+        return False
 
 
 DISK_FULL = "The server's disk is full, so nothing could be written."
@@ -187,9 +248,10 @@ def gpu_seconds(steps: int) -> int:
 
 
 @contextmanager
-def turn_errors() -> Iterator[None]:
+def turn_errors(folder: Path | None = None) -> Iterator[None]:
     """Turn failures into `gr.Error`s inside the GPU function, so that the message survives
-    ZeroGPU's worker process (which reduces any other exception to a generic one)."""
+    ZeroGPU's worker process (which reduces any other exception to a generic one). `folder` is
+    where the turn writes its clip (to tell a full disk)."""
     try:
         yield
     except gr.Error:
@@ -212,7 +274,7 @@ def turn_errors() -> Iterator[None]:
             "Turn failed",
         ) from error
     except Exception as error:
-        if is_disk_full(error):
+        if is_disk_full(error, folder):
             raise user_error(f"{DISK_FULL} Your game is unchanged.", "Disk full") from error
         logger.exception("turn failed")
         raise user_error(
@@ -234,6 +296,7 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         instruction: Instruction,
         seed: int | None,
         progress: Progress | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> int:
         return gpu_seconds(engine.num_inference_steps)
 
@@ -242,13 +305,15 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         instruction: Instruction,
         seed: int | None,
         progress: Progress | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> Session:
         def report(fraction: float, description: str) -> None:
             if progress is not None:
                 progress(fraction, desc=description)
 
-        with turn_errors():
-            return engine.play(session, instruction, seed=seed, progress=report)
+        previews: dict[str, Any] = {} if on_preview is None else {"on_preview": on_preview}
+        with turn_errors(engine.clips.root):
+            return engine.play(session, instruction, seed=seed, progress=report, **previews)
 
     on_gpu = spaces.GPU(duration=duration)(run_turn)
 
@@ -402,10 +467,15 @@ class GameUI:
     def workdir(self, player: Player, kind: str) -> Path:
         return self.files.workdir(player.player_id, player.session.session_id, kind)
 
-    def default_fields(self, name: str) -> tuple[str, ...]:
+    def default_instruction(self, name: str) -> Instruction:
         """The character's default instruction, in words the world knows."""
-        fallback = self.command_context(new_session(self.character(name).name)).fallback
-        return tuple(fallback.fields().values())
+        return self.command_context(new_session(self.character(name).name)).fallback
+
+    def last_instruction(self, session: Session) -> Instruction:
+        """The instruction of the game's last turn, or the character's default."""
+        if session.turns:
+            return session.turns[-1].instruction
+        return self.default_instruction(session.character)
 
     def short_name(self, name: str) -> str:
         """How the story calls the character: the name its instructions use ("Qiqi")."""
@@ -502,7 +572,7 @@ class GameUI:
         chat = views.pending_messages(
             session, self.short_name(session.character), instruction, eta
         )
-        return Sent(tuple(instruction.fields().values()), format_command(instruction), chat)
+        return Sent(text or "", instruction, chat)
 
     def play(
         self,
@@ -512,9 +582,22 @@ class GameUI:
         seed: str | float | None = "random",
         progress: Progress | None = None,
     ) -> Update:
-        """Play one turn from the free text when it is filled in, else from the five fields."""
+        """Play one turn from the free text when it is filled in, else from the five fields
+        (the API's form of a turn)."""
         player = player or self.new_player()
         instruction = self.read(player.session, text, fields)
+        return self.play_instruction(player, instruction, seed, progress)
+
+    def play_instruction(
+        self,
+        player: Player | None,
+        instruction: Instruction,
+        seed: str | float | None = "random",
+        progress: Progress | None = None,
+        on_preview: PreviewCallback | None = None,
+    ) -> Update:
+        """Play one turn of `instruction` (already read); `on_preview` sees the clip forming."""
+        player = player or self.new_player()
         try:
             check_room_for_turn(player.session)
             seed_value = parse_seed(seed)
@@ -527,7 +610,8 @@ class GameUI:
         eta = eta_seconds([turn.timings.total_s for turn in player.session.turns])
         try:
             session = self.run_turn(
-                player.session, instruction, seed_value, story_progress(progress, eta)
+                player.session, instruction, seed_value, story_progress(progress, eta),
+                on_preview,
             )
         except gr.Error:
             raise
@@ -544,7 +628,7 @@ class GameUI:
         turn = session.turns[-1]
         message = " ".join(filter(None, [f"Turn {turn.index} played (seed {turn.seed}).",
                                          turn_note(turn)]))
-        return Update(player, self.screen(player, message), tuple(instruction.fields().values()))
+        return Update(player, self.screen(player, message), instruction)
 
     def undo(self, player: Player | None) -> Update:
         player = player or self.new_player()
@@ -557,18 +641,20 @@ class GameUI:
         if removed.clip_path:
             self.files.discard_clip(removed.clip_path, self.delete_grace_s)
         player = dataclasses.replace(player, session=session)
-        fields = tuple(removed.instruction.fields().values())
-        return Update(player, self.screen(player, f"Turn {removed.index} undone."), fields)
+        return Update(
+            player, self.screen(player, f"Turn {removed.index} undone."), removed.instruction
+        )
 
     def restart(self, player: Player | None) -> Update:
         player = player or self.new_player()
         self.tidy()
         name = player.session.character
+        replaced = player.session
         player = self._replace_game(player, new_session(name, player.session.window))
         message = f"New game with {self.character(name).display_name}."
         return Update(
-            player, self.screen(player, message), self.default_fields(name),
-            self._replaced_toast(player, message),
+            player, self.screen(player, message), self.default_instruction(name),
+            replaced_toast(replaced, message),
         )
 
     def choose_character(self, player: Player | None, name: str | None) -> Update:
@@ -582,14 +668,16 @@ class GameUI:
                 f"{character.display_name} cannot be played here: {casting.unavailable}",
                 "Character unavailable",
             )
-        if character.name == player.session.character and not player.session.turns:
+        replaced = player.session
+        if character.name == replaced.character and not replaced.turns:
+            # Already a fresh game with them (the picker may report a choice twice): no news.
             message = f"Playing {character.display_name}."
-        else:
-            player = self._replace_game(player, new_session(character.name, self.window))
-            message = f"New game with {character.display_name}."
+            return Update(player, self.screen(player, message), self.last_instruction(replaced))
+        player = self._replace_game(player, new_session(character.name, self.window))
+        message = f"New game with {character.display_name}."
         return Update(
-            player, self.screen(player, message), self.default_fields(character.name),
-            self._replaced_toast(player, message),
+            player, self.screen(player, message), self.default_instruction(character.name),
+            replaced_toast(replaced, message),
         )
 
     def previous_game(self, player: Player | None) -> Update:
@@ -605,12 +693,8 @@ class GameUI:
             last_elapsed_s=None,
         )
         name = self.character(back.character).display_name
-        message = f"Back to your game with {name}: {len(back.turns)} turns."
-        fields = (
-            tuple(back.turns[-1].instruction.fields().values())
-            if back.turns else self.default_fields(back.character)
-        )
-        return Update(player, self.screen(player, message), fields, message)
+        message = f"Back to your game with {name}: {turns_text(len(back.turns))}."
+        return Update(player, self.screen(player, message), self.last_instruction(back), message)
 
     def parse(self, player: Player | None, text: str | None) -> tuple[str, ...]:
         """The five fields a text asks for in the player's game, as `play` would play them."""
@@ -649,14 +733,12 @@ class GameUI:
         finally:
             self.files.forget_if_empty(clip_dir)
         session = dataclasses.replace(loaded, session_id=session_id)
+        replaced = player.session
         player = self._replace_game(player, session)
-        fields = (
-            tuple(session.turns[-1].instruction.fields().values())
-            if session.turns else self.default_fields(session.character)
-        )
-        message = f"Saved game loaded: {len(session.turns)} turns."
+        message = f"Saved game loaded: {turns_text(len(session.turns))}."
         return Update(
-            player, self.screen(player, message), fields, self._replaced_toast(player, message)
+            player, self.screen(player, message), self.last_instruction(session),
+            replaced_toast(replaced, message),
         )
 
     def playthrough(self, player: Player | None) -> str:
@@ -693,10 +775,19 @@ class GameUI:
             player, session=session, last_elapsed_s=None, previous_game=keep
         )
 
-    @staticmethod
-    def _replaced_toast(player: Player, message: str) -> str:
-        if player.previous_game is None:
-            return message
-        turns = len(player.previous_game.turns)
-        return f"{message} Your previous game ({turns} turns) is kept: “Back to previous game” " \
-            "returns to it."
+
+
+def turns_text(count: int) -> str:
+    return f"{count} turn" if count == 1 else f"{count} turns"
+
+
+def replaced_toast(replaced: Session, message: str) -> str:
+    """The one notice of a restart, a switch or a load: what happened and, when the game it
+    replaced had turns, that this game is kept. An empty game is not kept, so its notice
+    promises nothing (the way back, if any, still shows its own count on its button)."""
+    if not replaced.turns:
+        return message
+    return (
+        f"{message} Your previous game ({turns_text(len(replaced.turns))}) is kept: "
+        "“Back to previous game” returns to it."
+    )

@@ -11,6 +11,9 @@ def tint(colour: str, amount: int) -> str:
 
 
 RED, AMBER, GREEN = "#ef4444", "#f59e0b", "#22c55e"
+CLIP_HEIGHT = 340
+"""The stage's height on a laptop; the live preview covers exactly this."""
+PHONE_CLIP_HEIGHT = 230
 
 CSS = f"""
 #ag-top {{ margin-bottom: 2px; }}
@@ -32,7 +35,7 @@ CSS = f"""
 .ag-gauge-value small {{ font-weight: 400; opacity: .6; }}
 .ag-change {{ display: inline-block; font-size: .85em; padding: 1px 8px; border-radius: 999px;
   text-align: center; font-variant-numeric: tabular-nums; color: var(--body-text-color);
-  border: 1px solid transparent; }}
+  border: 1px solid transparent; min-width: 3.2em; white-space: nowrap; }}
 .ag-up {{ background: {tint(GREEN, 22)}; border-color: {tint(GREEN, 45)}; }}
 .ag-down {{ background: {tint(RED, 20)}; border-color: {tint(RED, 45)}; }}
 .ag-flat, .ag-none {{ background: {tint("#94a3b8", 18)}; border-color: {tint("#94a3b8", 35)}; }}
@@ -51,7 +54,23 @@ CSS = f"""
 .ag-chip-row {{ padding: 2px 4px !important; }}
 .ag-chip-row button.gallery-item {{ flex: 0 0 auto; border-radius: 999px; }}
 .ag-chip-row button.gallery-item div {{ white-space: nowrap !important; width: auto !important; }}
-#ag-chat .bubble-wrap {{ padding-top: 34px; }}
+.ag-chip-row .gallery {{ flex-wrap: wrap !important; }}
+.ag-story-title {{ margin: 0; font-size: 1.1rem; }}
+.ag-status {{ min-height: 52px; }}
+#ag-chat .icon-button-wrapper.top-panel {{ position: static; margin: 4px 4px 0 auto;
+  width: fit-content; }}
+#ag-character input {{ padding-right: 32px; text-overflow: ellipsis; }}
+#ag-preview {{ height: 0; min-height: 0; padding: 0; border: 0; overflow: visible;
+  position: relative; z-index: 3; margin-bottom: calc(-1 * var(--layout-gap)); }}
+#ag-preview .html-container, #ag-preview .prose {{ position: static; padding: 0; }}
+.ag-preview {{ position: absolute; top: 0; left: 0; right: 0; height: {CLIP_HEIGHT}px;
+  display: flex; gap: 4px; align-items: center; justify-content: center; overflow: hidden;
+  border-radius: var(--block-radius); background: var(--block-background-fill);
+  pointer-events: none; }}
+.ag-preview img {{ flex: 1 1 0; min-width: 0; max-height: 100%; object-fit: contain; }}
+.ag-preview-label {{ position: absolute; bottom: 8px; left: 12px; font-size: .85em;
+  padding: 1px 8px; border-radius: 999px; background: {tint("#94a3b8", 30)}; }}
+.ag-chip-tabs .tab-container button {{ padding: 0 12px; min-width: {TAP}; }}
 #ag-actions button {{ flex: 0 1 auto; }}
 .ag-suggestions {{ gap: 2px !important; }}
 .ag-chip-row .gallery {{ gap: 6px; }}
@@ -76,11 +95,14 @@ CSS = f"""
 @media (max-width: 640px) {{
   .ag-header h1 {{ font-size: 1.25rem; }}
   .ag-tagline {{ display: none; }}
-  #ag-clip {{ height: auto !important; }}
-  .ag-suggestions .ag-chip-row .gallery {{ flex-wrap: nowrap !important; overflow-x: auto; }}
+  #ag-clip {{ height: {PHONE_CLIP_HEIGHT}px !important; }}
+  .ag-preview {{ height: {PHONE_CLIP_HEIGHT}px; }}
+  #ag-character .info-text {{ display: none; }}
+  .ag-chip-tabs .tab-container button {{ padding: 0 8px; }}
   #ag-command-row {{ flex-wrap: wrap; }}
   #ag-command-row > * {{ min-width: 100% !important; }}
   .ag-gauges {{ gap: 6px; }}
   .ag-gauge-label {{ flex-basis: 100%; font-size: .85em; }}
+  .ag-gauge-value small {{ display: none; }}
 }}
 """

@@ -10,12 +10,16 @@ integers and fixed labels only.
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from PIL import Image
 
 from animegamer.game import GAUGE_MAX, Gauges, Instruction, Session, Turn
 from animegamer.instruction import format_command
@@ -93,7 +97,7 @@ def gauges_html(session: Session) -> str:
     for name, value in session.gauges.as_dict().items():
         percent = max(0, min(100, round(100 * value / GAUGE_MAX)))
         if changes is None:
-            change = '<span class="ag-change ag-none">no turn yet</span>'
+            change = '<span class="ag-change ag-none" title="no turn yet">new</span>'
         else:
             delta = changes[name]
             change = f'<span class="ag-change ag-{change_kind(delta)}">{signed(delta)}</span>'
@@ -262,3 +266,21 @@ def game_summary(session: Session, engine_kind: str) -> dict[str, Any]:
             "seconds": round(last.timings.total_s, 3),
         },
     }
+
+
+
+def preview_html(frames: np.ndarray, step: int, num_steps: int) -> str:
+    """The clip as it forms after `step` of `num_steps` denoising steps, for the stage:
+    `frames` (uint8 [n, h, w, 3]) side by side as inline PNGs, scaled up by the browser. Inline,
+    so no file is written or fetched and the picture changes in place."""
+    images = []
+    for frame in frames:
+        buffer = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).save(buffer, format="PNG")
+        data = base64.b64encode(buffer.getvalue()).decode("ascii")
+        images.append(f'<img alt="" src="data:image/png;base64,{data}">')
+    return (
+        '<div class="ag-preview" role="img" aria-label="The clip as it forms">'
+        f'{"".join(images)}<span class="ag-preview-label">Forming… step {step} of {num_steps}'
+        "</span></div>"
+    )
