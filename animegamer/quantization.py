@@ -78,9 +78,8 @@ class Quantization:
         from diffusers import TorchAoConfig as DiffusersTorchAoConfig
         from torchao.quantization import Int8WeightOnlyConfig
 
-        return PipelineQuantizationConfig(
-            quant_mapping={"transformer": DiffusersTorchAoConfig(Int8WeightOnlyConfig())}
-        )
+        transformer: Any = DiffusersTorchAoConfig(Int8WeightOnlyConfig())
+        return PipelineQuantizationConfig(quant_mapping={"transformer": transformer})
 
 
 NO_QUANTIZATION = Quantization()

@@ -91,7 +91,8 @@ def parse_state_ids(generated: Sequence[int]) -> GameStates | None:
         if value is None:
             return None
         values.append(value)
-    return GameStates(*values)
+    ml, sc, et, st = values
+    return GameStates(ml, sc, et, st)
 
 
 def add_animegamer_tokens(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:

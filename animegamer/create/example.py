@@ -87,7 +87,8 @@ def render_shots(
 ) -> list[ExampleShot]:
     """Render `shots` in order, each video's shots one after the other from 0 s."""
     renderer = NanoRenderer()
-    rendered, clock = [], {}
+    rendered: list[ExampleShot] = []
+    clock: dict[str, float] = {}
     for index, (video, adverb, motion, time, place, near) in enumerate(shots):
         fields = {"adverb": adverb, "motion": motion, "time": time, "place": place}
         instruction = make_instruction({"character": character, **fields})

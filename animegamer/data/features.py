@@ -91,8 +91,10 @@ def registry_feature_extractor(sources: ShotTowerSources) -> TowerFeatureExtract
                 "(about 10 GB, kept in the cache), or copy a cache that holds it into HF_HOME; "
                 "on a CPU use the CPU recipe (recipes/cpu.yaml: tiny towers)"
             ) from None
+    image_folder, text_folder, tokenizer_folder = folders
     towers = ShotTowers.from_pretrained(
-        *folders, dtype=torch.bfloat16 if gpu else torch.float32, device="cuda" if gpu else "cpu",
+        image_folder, text_folder, tokenizer_folder,
+        dtype=torch.bfloat16 if gpu else torch.float32, device="cuda" if gpu else "cpu",
     )
     name = ";".join(ref.describe() for ref in (sources.image_encoder, sources.text_encoder))
     return TowerFeatureExtractor(towers, name)

@@ -178,10 +178,12 @@ class _Segment:
     def end_clip(self) -> Clip | None:
         """At the segment's end: the clip whose 17th frame falls just past it, when the
         segment covers the clip's 2.0 s (`MIN_SEGMENT_SECONDS`)."""
-        full = len(self.buffer) == CLIP_FRAMES - 1 and self.last is not None
-        if full and self.last_index - self.clip_start == CLIP_SPAN - 1:
+        last = self.last
+        if last is None or len(self.buffer) != CLIP_FRAMES - 1:
+            return None
+        if self.last_index - self.clip_start == CLIP_SPAN - 1:
             self.clips += 1
-            return Clip(self.clip_start, np.stack([*self.buffer, self.last]))
+            return Clip(self.clip_start, np.stack([*self.buffer, last]))
         return None
 
 

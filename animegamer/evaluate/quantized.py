@@ -68,7 +68,8 @@ def random_windows(count: int, representation_dim: int, seed: int = 0,
         history = tuple(
             (
                 HistoryTurn(random_instruction(rng), GameStates(
-                    rng.randint(1, 5), *(rng.choice(STATE_RANGE) for _ in range(3)))),
+                    rng.randint(1, 5), rng.choice(STATE_RANGE), rng.choice(STATE_RANGE),
+                    rng.choice(STATE_RANGE))),
                 torch.randn(REPRESENTATION_TOKENS, representation_dim, generator=generator),
             )
             for _ in range(rng.randrange(max_window))
@@ -119,8 +120,8 @@ def decoder_step_relative_error(
     the configured height and width, a random representation and motion scope 5."""
     config = reference.config
     generator = torch.Generator().manual_seed(seed)
-    latent = torch.randn(1, latent_frames, config.out_channels, config.sample_height,
-                         config.sample_width, generator=generator)
+    latent = torch.randn(1, latent_frames, config["out_channels"], config["sample_height"],
+                         config["sample_width"], generator=generator)
     context = torch.randn(1, REPRESENTATION_TOKENS, reference.uncond_representation.shape[-1],
                           generator=generator)
 

@@ -65,6 +65,8 @@ class LatentPreview(nn.Module):
         if weight.ndim != 2 or weight.shape[0] != 3 or tuple(bias.shape) != (3,):
             raise ValueError(f"a preview map is weight [3, C] and bias [3], got "
                              f"{tuple(weight.shape)} and {tuple(bias.shape)}")
+        self.weight: torch.Tensor
+        self.bias: torch.Tensor
         self.register_buffer("weight", weight.float().cpu())
         self.register_buffer("bias", bias.float().cpu())
 
@@ -73,7 +75,7 @@ class LatentPreview(nn.Module):
     def fit(cls, vae: AutoencoderKLCogVideoX, seed: int = 0) -> LatentPreview:
         """Least squares from latent pixels to the colour the VAE decodes there, on
         `FIT_IMAGES` smooth random colour images encoded and decoded by `vae`."""
-        spatial = 2 ** (len(vae.config.block_out_channels) - 1)
+        spatial = 2 ** (len(vae.config["block_out_channels"]) - 1)
         generator = torch.Generator().manual_seed(seed)
         coarse = torch.rand(FIT_IMAGES, 3, 4, 4, generator=generator)
         size = FIT_LATENT_SIZE * spatial
@@ -82,7 +84,7 @@ class LatentPreview(nn.Module):
         latent = vae.encode(video).latent_dist.mean
         decoded = vae.decode(latent).sample.float()[:, :, 0]
         colour = nn.functional.avg_pool2d(((decoded + 1.0) / 2.0).clamp(0.0, 1.0), spatial)
-        channels = (latent.float()[:, :, 0] * vae.config.scaling_factor).cpu()
+        channels = (latent.float()[:, :, 0] * vae.config["scaling_factor"]).cpu()
         inputs = channels.permute(0, 2, 3, 1).reshape(-1, channels.shape[1])
         targets = colour.cpu().permute(0, 2, 3, 1).reshape(-1, 3)
         design = torch.cat([inputs, torch.ones(len(inputs), 1)], dim=1).double()

@@ -123,12 +123,20 @@ class Engine(Protocol):
 
     def casting(self, character: str) -> Casting: ...
 
-    notice: str
-    num_inference_steps: int
-    clips: ClipStore
-    placement: Placement
-    representation_dim: int | None
-    vocabulary: ClosedVocabulary | None
+    @property
+    def notice(self) -> str: ...
+    @property
+    def num_inference_steps(self) -> int: ...
+    @property
+    def clips(self) -> ClipStore: ...
+    @property
+    def placement(self) -> Placement: ...
+    @property
+    def representation_dim(self) -> int | None: ...
+    @property
+    def live_preview(self) -> bool: ...
+
+    def vocabulary_for(self, character: str) -> ClosedVocabulary | None: ...
 
     def play(
         self,
@@ -136,6 +144,8 @@ class Engine(Protocol):
         instruction: Instruction,
         seed: int | None = None,
         progress: Callable[[float, str], None] | None = None,
+        num_inference_steps: int | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> Session: ...
 
 
@@ -143,7 +153,7 @@ def shows_live_preview(engine: Engine) -> bool:
     """Whether the engine's turns report the clip as it forms (`engine.play(...,
     on_preview=...)`), with its live-preview setting on. ZeroGPU plays a turn in another
     process, where a callback into this one cannot reach."""
-    return bool(getattr(engine, "live_preview", False)) and not engine.placement.zero_gpu
+    return engine.live_preview and not engine.placement.zero_gpu
 
 
 @dataclass(frozen=True, eq=False)
@@ -322,11 +332,12 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         instruction: Instruction,
         seed: int | None,
         progress: Progress | None = None,
+        on_preview: PreviewCallback | None = None,
     ) -> Session:
         """A character that plays on the CPU takes no ZeroGPU reservation: it would only
         spend the visitor's quota."""
         on_cpu = engine.casting(session.character).on_cpu
-        return (run_turn if on_cpu else on_gpu)(session, instruction, seed, progress)
+        return (run_turn if on_cpu else on_gpu)(session, instruction, seed, progress, on_preview)
 
     return run_where_it_plays
 
@@ -484,7 +495,7 @@ class GameUI:
     def vocabulary(self, name: str) -> dict[str, list[str]]:
         """The suggestion chips for the character `name` on this engine."""
         character = self.character(name)
-        return vocabulary_for(character, self.engine.casting(character.name))
+        return vocabulary_for(character, self.engine)
 
     def command_context(self, session: Session) -> InstructionContext:
         """What reading a command needs of the game: what it may leave out (the character's

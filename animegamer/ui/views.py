@@ -232,7 +232,7 @@ BANNERS = {
 def banner_html(kind: str, notice: str) -> str:
     """One line saying which world plays, the engine's notice (which weights play whom)
     folded under it; nothing for the real models when there is nothing to say."""
-    headline = BANNERS.get(kind)
+    headline = BANNERS.get(EngineKind(kind))
     if headline is None or (kind == EngineKind.REAL and not notice):
         return ""
     details = f"<p>{html.escape(notice)}</p>" if notice else ""
