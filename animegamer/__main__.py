@@ -13,14 +13,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from animegamer.characters import Registry, RegistryError, load_registry
-from animegamer.convert.errors import ConversionError
-from animegamer.engine import EngineError, create_registry_engine
-from animegamer.game import Instruction, InstructionError, Turn, new_session, turn_note
-from animegamer.hub import HubError
-from animegamer.instruction import ClosedVocabulary, game_context, read_instruction
-from animegamer.savefile import save_game
-from animegamer.settings import EngineKind, Settings, SettingsError
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.characters.hub import HubError
+from animegamer.characters.registry import Registry, RegistryError, load_registry
+from animegamer.command.parser import ClosedVocabulary, game_context, read_instruction
+from animegamer.game.rules import Instruction, InstructionError, Turn, new_session, turn_note
+from animegamer.game.savefile import save_game
+from animegamer.serving.engine import EngineError, create_registry_engine
+from animegamer.serving.settings import EngineKind, Settings, SettingsError
 
 EXIT_ERROR = 2
 

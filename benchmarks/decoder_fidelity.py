@@ -31,12 +31,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from animegamer.convert.character import shared_components
+from animegamer.characters.conversion.character import shared_components
 from animegamer.data import layout
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.evaluate.metrics import level_errors, probe_scores
-from animegamer.game import INSTRUCTION_FIELDS, make_instruction
+from animegamer.game.rules import INSTRUCTION_FIELDS, make_instruction
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE
 from animegamer.models.game_state import GameStateModel

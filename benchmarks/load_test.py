@@ -27,7 +27,7 @@ from gradio_client import Client
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from animegamer.clips import DELETE_GRACE_S  # noqa: E402
+from animegamer.serving.clips import DELETE_GRACE_S  # noqa: E402
 
 QIQI = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
 

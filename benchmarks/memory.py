@@ -65,7 +65,7 @@ from animegamer.models.tiny_decoder import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from animegamer.devices import Placement
+    from animegamer.serving.devices import Placement
 
 GB = 1e9
 SHARD_BYTES = 2 * 2**30
@@ -171,7 +171,7 @@ def write_base_llm(scale: Scale, out: Path, seed: int = 0) -> None:
     from transformers import MistralConfig
 
     from animegamer.models.tiny_game_state import build_tiny_base_tokenizer
-    from animegamer.tokens import BASE_VOCAB_SIZE
+    from animegamer.models.tokens import BASE_VOCAB_SIZE
 
     out.mkdir(parents=True)
     config = MistralConfig(vocab_size=BASE_VOCAB_SIZE, dtype="bfloat16", **scale.mistral)
@@ -203,13 +203,13 @@ def write_base_llm(scale: Scale, out: Path, seed: int = 0) -> None:
 
 def write_mllm_release(scale: Scale, out: Path, seed: int = 1) -> None:
     """The release's `pytorch_model.bin` (PEFT names), without the frozen base weights."""
-    from animegamer.convert.mllm import (
+    from animegamer.characters.conversion.mllm import (
         ATTENTION_PROJECTIONS,
         LAYER_NORMS,
         MLP_PROJECTIONS,
         RELEASE_LLM_PREFIX,
     )
-    from animegamer.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE
+    from animegamer.models.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE
 
     random = RandomPool(seed)
     shapes = _mistral_shapes(scale.mistral, BASE_VOCAB_SIZE)
@@ -278,7 +278,7 @@ def write_release(scale: Scale, layout: Layout, preset: str = "") -> dict:
 
 
 def stage_convert(scale: Scale, layout: Layout, preset: str) -> dict:
-    from animegamer.convert.character import ReleaseFiles, convert_release
+    from animegamer.characters.conversion.character import ReleaseFiles, convert_release
 
     files = ReleaseFiles(
         mllm_bin=layout.mllm_bin, decoder_dir=layout.decoder_dir, base_llm_dir=layout.base_llm,
@@ -290,8 +290,8 @@ def stage_convert(scale: Scale, layout: Layout, preset: str) -> dict:
 
 
 def _placement(preset_name: str) -> Placement:
-    from animegamer.devices import Placement, choose_placement
-    from animegamer.speed import get_preset
+    from animegamer.serving.devices import Placement, choose_placement
+    from animegamer.serving.presets import get_preset
 
     if torch.cuda.is_available():
         return choose_placement(get_preset(preset_name).low_vram("auto"))
@@ -299,8 +299,8 @@ def _placement(preset_name: str) -> Placement:
 
 
 def stage_load(scale: Scale, layout: Layout, preset: str) -> dict:
-    from animegamer.engine import load_character_models
-    from animegamer.speed import apply_preset, get_preset
+    from animegamer.serving.engine import load_character_models
+    from animegamer.serving.presets import apply_preset, get_preset
 
     chosen = get_preset(preset)
     models = load_character_models(layout.character, _placement(preset), chosen.quantization)
@@ -311,7 +311,7 @@ def stage_load(scale: Scale, layout: Layout, preset: str) -> dict:
 def stage_predict(scale: Scale, layout: Layout, preset: str) -> dict:
     from animegamer.evaluate.quantized import random_windows
     from animegamer.models.game_state import GameStateModel
-    from animegamer.tokens import build_prompt, parse_state_ids
+    from animegamer.models.tokens import build_prompt, parse_state_ids
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = GameStateModel.from_pretrained(layout.character, device=device, dtype=torch.bfloat16)
@@ -334,8 +334,8 @@ def stage_predict(scale: Scale, layout: Layout, preset: str) -> dict:
 
 
 def stage_decoder_step(scale: Scale, layout: Layout, preset: str) -> dict:
+    from animegamer.game.representation import REPRESENTATION_TOKENS
     from animegamer.models.decoder import AnimeGamerTransformer3DModel
-    from animegamer.models.representation import REPRESENTATION_TOKENS
 
     cuda = torch.cuda.is_available()
     device, dtype = ("cuda", torch.float16) if cuda else ("cpu", torch.bfloat16)
@@ -357,9 +357,9 @@ def stage_decoder_step(scale: Scale, layout: Layout, preset: str) -> dict:
 
 
 def stage_turn(scale: Scale, layout: Layout, preset: str, steps: int = 50) -> dict:
-    from animegamer.engine import load_character_models
-    from animegamer.game import effective_motion_level
-    from animegamer.speed import apply_preset, get_preset
+    from animegamer.game.rules import effective_motion_level
+    from animegamer.serving.engine import load_character_models
+    from animegamer.serving.presets import apply_preset, get_preset
 
     chosen = get_preset(preset)
     models = load_character_models(layout.character, _placement(preset), chosen.quantization)
@@ -382,10 +382,10 @@ STAGES: dict[str, Callable[[Scale, Layout, str], dict]] = {
 
 def run_stage(name: str, scale: Scale, layout: Layout, preset: str) -> dict:
     """Run one stage in this process; its JSON record."""
-    from animegamer.speed import get_preset
+    from animegamer.serving.presets import get_preset
 
     packages = get_preset(preset).quantization.packages() if name in ("load", "turn") else ()
-    from animegamer.quantization import missing_packages_message
+    from animegamer.serving.quantization import missing_packages_message
 
     missing = missing_packages_message(preset) if packages else None
     if missing:
@@ -445,8 +445,8 @@ def estimate_weights_gb(scale: Scale) -> dict[str, dict[str, float]]:
     from transformers import MistralConfig, MistralForCausalLM
 
     from animegamer.models.decoder import AnimeGamerTransformer3DModel
-    from animegamer.speed import PRESETS
-    from animegamer.tokens import VOCAB_SIZE
+    from animegamer.models.tokens import VOCAB_SIZE
+    from animegamer.serving.presets import PRESETS
 
     hidden, width = scale.mistral["hidden_size"], scale.representation_dim
     resamplers = 2 * hidden * width + hidden * hidden + width * width

@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from animegamer.engine import create_preview_engine
-from animegamer.game import make_instruction, new_session
-from animegamer.playthrough import concat_mp4
-from animegamer.settings import EngineKind, Settings
-from animegamer.video import write_mp4
+from animegamer.game.rules import make_instruction, new_session
+from animegamer.serving.engine import create_preview_engine
+from animegamer.serving.settings import EngineKind, Settings
+from animegamer.video.playthrough import concat_mp4
+from animegamer.video.writer import write_mp4
 
 FRAMES, HEIGHT, WIDTH = 17, 64, 96
 

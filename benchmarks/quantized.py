@@ -4,8 +4,9 @@
     python benchmarks/quantized.py --character DIR        # a converted character folder
 
 On a CPU it measures int8 (torchao, `consumer`'s scheme) in fp32; on CUDA every quantizing
-preset of `animegamer.speed` in the GPU's dtypes (bf16 language model, fp16 decoder). Each line
-has the preset, `equal_state_tokens` out of `windows` random game windows (the generated ids),
+preset of `animegamer.serving.presets` in the GPU's dtypes (bf16 language model, fp16 decoder).
+Each line has the preset, `equal_state_tokens` out of `windows` random game windows (the generated
+ids),
 the representation's worst and mean cosine similarity, and the relative error of one decoder
 transformer step (`animegamer.evaluate.quantized`). A preset whose packages are missing gets a
 `skipped` line.
@@ -29,13 +30,13 @@ from animegamer.evaluate.quantized import (
 )
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
-from animegamer.quantization import (
+from animegamer.paths import DEFAULT_NANO_DIR
+from animegamer.serving.quantization import (
     PRESET_QUANTIZATION,
     QUANT_REQUIREMENTS,
     Quantization,
     missing_packages,
 )
-from animegamer.settings import DEFAULT_NANO_DIR
 
 
 def measure(directory: Path, quantization: Quantization, windows: int, device: str,

@@ -40,7 +40,7 @@ from animegamer.models.game_state import GameStateConfig, GameStateModel
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import tiny_transformer_config
 from animegamer.models.tiny_game_state import build_tiny_tokenizer, tiny_game_state_model
-from animegamer.tokens import VOCAB_SIZE
+from animegamer.models.tokens import VOCAB_SIZE
 from animegamer.train.decoder_phase import (
     ConditionedDecoder,
     add_lora,

@@ -5,8 +5,9 @@
 
 `--size full` builds the real sizes: the Mistral-7B game-state model with its resamplers (bf16),
 the CogVideoX-2B-sized `AnimeGamerTransformer3DModel` and the CogVideoX VAE (fp16), on the GPU;
-`--size tiny` builds the tiny test models (fp32, CPU). Each preset of `animegamer.speed` plays
-`--turns` turns after `--warmup` untimed ones, as `TurnEngine.play` does (game-state prediction,
+`--size tiny` builds the tiny test models (fp32, CPU). Each preset of `animegamer.serving.presets`
+plays `--turns` turns after `--warmup` untimed ones, as `TurnEngine.play` does (game-state
+prediction,
 rendering, mp4), and the JSON gets, per turn, the seconds of each stage: `prompt` (prompt and
 embeddings), `prefill` (the shared history prefix; 0 without shared prefill),
 `representation` (the pass that yields the representation), `state_generation` (greedy state
@@ -44,8 +45,7 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import (
 from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 from transformers import AutoModelForCausalLM, MistralConfig
 
-from animegamer.clips import ClipStore
-from animegamer.game import GameStates, effective_motion_level, make_instruction
+from animegamer.game.rules import GameStates, effective_motion_level, make_instruction
 from animegamer.models.decoder import (
     AnimeGamerPipeline,
     AnimeGamerTransformer3DModel,
@@ -59,8 +59,9 @@ from animegamer.models.tiny_game_state import (
     build_tiny_tokenizer,
     tiny_game_state_model,
 )
-from animegamer.speed import PRESET_NAMES, apply_preset, attention_backends, get_preset
-from animegamer.tokens import VOCAB_SIZE
+from animegamer.models.tokens import VOCAB_SIZE
+from animegamer.serving.clips import ClipStore
+from animegamer.serving.presets import PRESET_NAMES, apply_preset, attention_backends, get_preset
 
 GIB = 1 << 30
 TINY_REPRESENTATION_DIM = 64

@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from animegamer.engine import create_nano_engine, create_preview_engine
-from animegamer.game import make_instruction, new_session
-from animegamer.settings import EngineKind, Settings
+from animegamer.game.rules import make_instruction, new_session
+from animegamer.serving.engine import create_nano_engine, create_preview_engine
+from animegamer.serving.settings import EngineKind, Settings
 
 MOTIONS = ("fly on broomstick", "sit on railing", "walk through the town", "lie down on grass")
 

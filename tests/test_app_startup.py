@@ -12,8 +12,8 @@ from conftest import free_port
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from animegamer.convert.character import write_manifest
-from animegamer.engine import build_preview_directory
+from animegamer.characters.conversion.character import write_manifest
+from animegamer.serving.engine import build_preview_directory
 from animegamer.ui import create_app
 from animegamer.ui.startup import StartupError
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from conftest import free_port
 
-from animegamer.characters import load_registry
-from animegamer.settings import Settings
+from animegamer.characters.registry import load_registry
+from animegamer.serving.settings import Settings
 from animegamer.ui.callbacks import shows_live_preview, turn_errors
 from animegamer.ui.events import INVALID
 from animegamer.ui.layout import build_app, launch_options

@@ -14,8 +14,7 @@ import yaml
 from PIL import Image
 from pydantic import BaseModel
 
-from animegamer import game
-from animegamer.characters import (
+from animegamer.characters.registry import (
     DEFAULT_LATENT_SIZE,
     MAX_CHARACTERS,
     MAX_EXAMPLES,
@@ -27,7 +26,8 @@ from animegamer.characters import (
     load_registry,
     parse_registry,
 )
-from animegamer.game import Instruction
+from animegamer.game import rules as game
+from animegamer.game.rules import Instruction
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MISTRAL = "mistralai/Mistral-7B-Instruct-v0.1"

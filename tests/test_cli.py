@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from animegamer.__main__ import describe, main
-from animegamer.characters import load_registry
-from animegamer.hub import HubError
-from animegamer.savefile import load_game
+from animegamer.characters.hub import HubError
+from animegamer.characters.registry import load_registry
+from animegamer.game.savefile import load_game
 
 FIRST = "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
 SECOND = "Character: Qiqi; Motion: gently sit on railing; Background: day town."
@@ -81,7 +81,7 @@ def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypat
     def unreachable(character, *args, **kwargs):
         raise HubError(f"{character.name}: the Hub cannot be reached")
 
-    monkeypatch.setattr("animegamer.engine.resolve_character", unreachable)
+    monkeypatch.setattr("animegamer.serving.engine.resolve_character", unreachable)
     code = main(["play", "--engine", "real", FIRST, "--out", str(tmp_path)])
     assert code == 2
     assert capsys.readouterr().err == (
@@ -91,7 +91,7 @@ def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypat
 
 
 def test_a_turn_whose_states_could_not_be_read_says_so():
-    from animegamer.game import GameStates, Gauges, Timings, Turn, make_instruction
+    from animegamer.game.rules import GameStates, Gauges, Timings, Turn, make_instruction
 
     instruction = make_instruction({"character": "Qiqi", "adverb": "gently", "motion": "walk",
                                     "time": "day", "place": "town"})

@@ -15,9 +15,9 @@ import yaml
 # The Hub-cache fixtures are shared with the resolver's tests.
 from test_hub import calls, gated_hub, hub_cache, tiny_release  # noqa: F401
 
-from animegamer.characters import default_registry_path
+from animegamer.characters.conversion.character import LAYOUT_FILES, read_manifest
+from animegamer.characters.registry import default_registry_path
 from animegamer.convert.__main__ import main
-from animegamer.convert.character import LAYOUT_FILES, read_manifest
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

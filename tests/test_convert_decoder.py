@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from animegamer.convert.decoder import (
+from animegamer.characters.conversion.decoder import (
     InertObject,
     build_converted_decoder,
     check_state_dict,
@@ -28,7 +28,7 @@ from animegamer.convert.decoder import (
     load_checkpoint,
     load_release_state_dict,
 )
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerTransformer3DModel
 from animegamer.models.decoder_defaults import RELEASE_CHECKPOINT_NAME, SAT_PREFIX
 from animegamer.models.tiny_decoder import (

@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-import animegamer.convert.mllm as convert_module
-from animegamer.convert.errors import ConversionError
-from animegamer.convert.mllm import convert_mllm, load_checkpoint
+import animegamer.characters.conversion.mllm as convert_module
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.characters.conversion.mllm import convert_mllm, load_checkpoint
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tiny_game_state import BASE_KEY_STYLES, write_tiny_mllm_release
-from animegamer.tokens import ADDED_TOKENS, VOCAB_SIZE, load_tokenizer
+from animegamer.models.tokens import ADDED_TOKENS, VOCAB_SIZE, load_tokenizer
 
 PREFIX = "llm.base_model.model."
 Q_PROJ = "model.layers.1.self_attn.q_proj"

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import yaml
 
-from animegamer.characters import load_registry
+from animegamer.characters.registry import load_registry
 from animegamer.create.__main__ import main
 from animegamer.create.example import render_shots
 from animegamer.create.register import entry, register, registry_path_of
 from animegamer.data.__main__ import main as data_main
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 TEN_FPS_SHOTS = (27, 23, 31, 25, 24)
 """Frames of each shot of the 10 fps video: starts at 0, 2.7, 5.0, 8.1 and 10.6 s (2.708,

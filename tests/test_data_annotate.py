@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from animegamer.command.parser import reads_back
 from animegamer.data.annotate import (
     ANSWER_FIELDS,
     AnnotationRequest,
@@ -18,7 +19,6 @@ from animegamer.data.annotate import (
     shot_frames,
 )
 from animegamer.data.errors import DataError
-from animegamer.instruction import reads_back
 
 GOOD = {
     "character_present": True, "character": "Qiqi", "adverb": "quickly",

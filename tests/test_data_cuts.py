@@ -11,7 +11,7 @@ import pytest
 from animegamer.create.example import render_shots, write_example
 from animegamer.data.decode import DECODE_FPS, FrameStream, probe
 from animegamer.data.shots import CutDetector
-from animegamer.mp4check import truncation
+from animegamer.video.mp4check import truncation
 
 
 @pytest.fixture(scope="module")

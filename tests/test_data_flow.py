@@ -10,7 +10,7 @@ import pytest
 
 from animegamer.data.decode import read_clip
 from animegamer.data.flow import MotionLevels, motion_scope, motion_stats
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 
 def moving_square(speed: float, size: tuple[int, int] = (64, 96), frames: int = 17) -> np.ndarray:

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.decoder import AnimeGamerTransformer3DModel
-from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.tiny_decoder import tiny_transformer_config
 
 GRID = math.isqrt(IMAGE_TOKENS)

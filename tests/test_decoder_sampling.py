@@ -24,7 +24,7 @@ from animegamer.models.decoder import (
     scheduler_config,
 )
 from animegamer.models.tiny_decoder import save_tiny_decoder
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 STEPS = 50
 PER_STEP_TOLERANCE = 5e-3  # relative (Frobenius), docs/design.md §4

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from animegamer.devices import CPU_PLACEMENT, GIB, choose_placement
+from animegamer.serving.devices import CPU_PLACEMENT, GIB, choose_placement
 
 
 def test_cpu_runs_everything_in_fp32(monkeypatch):

@@ -10,11 +10,11 @@ import imageio.v3 as iio
 import pytest
 import torch
 
-from animegamer.clips import ClipStore
-from animegamer.devices import Placement
-from animegamer.engine import TurnEngine, build_preview_directory, load_character_models
-from animegamer.game import Gauges, apply_states, make_instruction, new_session, undo
-from animegamer.settings import EngineKind
+from animegamer.game.rules import Gauges, apply_states, make_instruction, new_session, undo
+from animegamer.serving.clips import ClipStore
+from animegamer.serving.devices import Placement
+from animegamer.serving.engine import TurnEngine, build_preview_directory, load_character_models
+from animegamer.serving.settings import EngineKind
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +106,7 @@ def test_a_failing_clip_writer_removes_the_partial_clip(engine, monkeypatch):
         Path(path).write_bytes(b"partial")
         raise OSError("disk full (injected)")
 
-    monkeypatch.setattr("animegamer.clips.write_mp4", half_write)
+    monkeypatch.setattr("animegamer.serving.clips.write_mp4", half_write)
     with pytest.raises(OSError, match="disk full"):
         engine.play(session, _instruction(), seed=3)
     folder = engine.clips.root / session.session_id

@@ -10,11 +10,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from animegamer import engine as engine_module
-from animegamer.convert.character import write_manifest
-from animegamer.devices import Placement
-from animegamer.engine import CPU_WEIGHTS_LIMIT_BYTES, CharacterModels, EngineError, create_engine
-from animegamer.settings import Settings
+from animegamer.characters.conversion.character import write_manifest
+from animegamer.serving import engine as engine_module
+from animegamer.serving.devices import Placement
+from animegamer.serving.engine import (
+    CPU_WEIGHTS_LIMIT_BYTES,
+    CharacterModels,
+    EngineError,
+    create_engine,
+)
+from animegamer.serving.settings import Settings
 
 CHARACTERS = ("Qiqi", "Sosuke", "Totoro")
 
@@ -62,7 +67,7 @@ def _nano_folder(directory: Path) -> Path:
     Sosuke, sharing the VAE in `directory/vae` (`animegamer.nano train --install`)."""
     import shutil
 
-    from animegamer.convert.character import SHARED_VAE_KEY, write_manifest
+    from animegamer.characters.conversion.character import SHARED_VAE_KEY, write_manifest
 
     for name in ("Qiqi", "Sosuke"):
         folder = engine_module.build_preview_directory(directory / name.casefold())

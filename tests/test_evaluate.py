@@ -42,8 +42,8 @@ from animegamer.evaluate.metrics import (
     state_sign_accuracy,
 )
 from animegamer.evaluate.report import worst_turns, write_report
-from animegamer.game import GameStates, make_instruction
-from animegamer.video import write_mp4
+from animegamer.game.rules import GameStates, make_instruction
+from animegamer.video.writer import write_mp4
 
 REPO = Path(__file__).resolve().parents[1]
 LEVELS = MotionLevels((1.0, 2.0, 3.0, 4.0), (0.5, 1.5, 2.5, 3.5, 4.5))
@@ -494,7 +494,7 @@ def test_a_probed_run_reports_the_world_probes(preview_engine, clip, json_run, t
 
 
 def test_probes_run_for_a_nano_models_folder_only(tmp_path):
-    from animegamer.convert.character import LAYOUT_FORMAT, MANIFEST_NAME
+    from animegamer.characters.conversion.character import LAYOUT_FORMAT, MANIFEST_NAME
     from animegamer.evaluate.__main__ import _probes, build_parser
 
     def probes_for(*extra: str):

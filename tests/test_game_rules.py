@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import QIQI_FIELDS
 
-from animegamer.game import (
+from animegamer.game.rules import (
     MAX_SEED,
     GameStates,
     Gauges,

@@ -11,10 +11,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import LogitsProcessorList, MistralForCausalLM, PreTrainedModel
 
-from animegamer import game, tokens
-from animegamer.convert.mllm import convert_mllm
-from animegamer.game import Instruction
+from animegamer.characters.conversion.mllm import convert_mllm
+from animegamer.game import rules as game
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import Instruction
 from animegamer.models import game_state as game_state_module
+from animegamer.models import tokens
 from animegamer.models.game_state import (
     FrameTokenRule,
     GameStateConfig,
@@ -22,13 +24,12 @@ from animegamer.models.game_state import (
     GameStates,
 )
 from animegamer.models.game_state_defaults import GAME_STATE_CONFIG_NAME
-from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.tiny_game_state import (
     save_tiny_game_state,
     tiny_game_state_model,
     tiny_mistral_config,
 )
-from animegamer.tokens import (
+from animegamer.models.tokens import (
     FRAME0_ID,
     FRAME_END_ID,
     FRAME_ID,

@@ -17,26 +17,26 @@ import pytest
 import torch
 from huggingface_hub import constants
 
-import animegamer.convert.decoder as decoder_converter
-import animegamer.convert.mllm as mllm_converter
-from animegamer import hub
-from animegamer import settings as settings_module
-from animegamer.characters import RepoRef, load_registry
-from animegamer.convert import character as character_module
-from animegamer.convert.character import (
+import animegamer.characters.conversion.decoder as decoder_converter
+import animegamer.characters.conversion.mllm as mllm_converter
+from animegamer.characters import hub
+from animegamer.characters.conversion import character as character_module
+from animegamer.characters.conversion.character import (
     LAYOUT_FILES,
     InsufficientResourcesError,
     Requirements,
     read_manifest,
 )
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.characters.registry import RepoRef, load_registry
 from animegamer.models.tiny_decoder import (
     TINY_LATENT_SIZE,
     save_tiny_decoder,
     write_tiny_decoder_release,
 )
 from animegamer.models.tiny_game_state import write_tiny_mllm_release
-from animegamer.settings import Settings, default_cache_dir
+from animegamer.serving import settings as settings_module
+from animegamer.serving.settings import Settings, default_cache_dir
 
 RELEASE_REPO = "TencentARC/AnimeGamer"
 RELEASE_COMMIT = "1" * 40
@@ -156,7 +156,7 @@ def test_resolution_converts_once_into_a_loadable_character(
 ):
     from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 
-    from animegamer.convert.decoder import load_release_state_dict
+    from animegamer.characters.conversion.decoder import load_release_state_dict
     from animegamer.models.decoder import AnimeGamerPipeline
     from animegamer.models.game_state import GameStateModel
 
@@ -440,7 +440,7 @@ def test_estimates_count_the_inputs(hub_cache, qiqi):
 
 
 def test_each_stage_is_logged_with_its_duration(hub_cache, qiqi, tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="animegamer.hub"):
+    with caplog.at_level(logging.INFO, logger="animegamer.characters.hub"):
         hub.resolve_character(qiqi, tmp_path / "animegamer")
         hub.resolve_character(qiqi, tmp_path / "animegamer")
     text = caplog.text

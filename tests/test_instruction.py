@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import COMMAND_FORMS, QIQI_FIELDS
 
-from animegamer.characters import load_registry
-from animegamer.game import InstructionError, make_instruction
-from animegamer.instruction import (
+from animegamer.characters.registry import load_registry
+from animegamer.command.parser import (
     InstructionContext,
     OtherCharacterError,
     UnknownCharacterError,
@@ -20,6 +19,7 @@ from animegamer.instruction import (
     reads_back,
     with_word,
 )
+from animegamer.game.rules import InstructionError, make_instruction
 from animegamer.nano.vocabulary import closed_vocabulary, world_words
 
 QIQI = make_instruction({**QIQI_FIELDS, "time": "day/night"})

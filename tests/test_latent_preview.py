@@ -13,8 +13,7 @@ import pytest
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 
-from animegamer.engine import create_preview_engine
-from animegamer.game import make_instruction, new_session
+from animegamer.game.rules import make_instruction, new_session
 from animegamer.models.latent_preview import (
     PREVIEW_FILE,
     ClipPreview,
@@ -23,7 +22,9 @@ from animegamer.models.latent_preview import (
     preview_due,
 )
 from animegamer.models.tiny_decoder import tiny_pipeline
-from animegamer.settings import DEFAULT_NANO_DIR, Settings
+from animegamer.paths import DEFAULT_NANO_DIR
+from animegamer.serving.engine import create_preview_engine
+from animegamer.serving.settings import Settings
 
 
 def _instruction():

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image, ImageFilter
 
 from animegamer.data.decode import read_clip
-from animegamer.game import make_instruction
+from animegamer.game.rules import make_instruction
 from animegamer.nano.probes import (
     MOTION_CLASS_OF,
     MOTION_CLASSES,
@@ -32,7 +32,7 @@ from animegamer.nano.world import (
     random_instructions,
     render_episode,
 )
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 ACCURACY = 0.9
 

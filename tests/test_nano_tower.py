@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import CLIPVisionModel
 
-from animegamer.game import make_instruction
+from animegamer.game.rules import make_instruction
 from animegamer.models.shot_encoder import clip_pixel_values, image_features
 from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 from animegamer.nano.tower import TowerTraining, train_world_tower

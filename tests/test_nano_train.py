@@ -7,19 +7,19 @@ import json
 
 import pytest
 
-from animegamer.convert.character import (
+from animegamer.characters.conversion.character import (
     SHARED_VAE_KEY,
     WORLD_KEY,
     read_manifest,
     vae_folder,
 )
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
 from animegamer.data.dataset import read_rows
-from animegamer.engine import create_nano_engine
-from animegamer.game import make_instruction, new_session
+from animegamer.game.rules import make_instruction, new_session
 from animegamer.nano import NANO_WORLD
 from animegamer.nano import __main__ as nano_cli
-from animegamer.settings import Settings
+from animegamer.serving.engine import create_nano_engine
+from animegamer.serving.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,11 +15,11 @@ import torch
 from safetensors.numpy import load_file
 from transformers import CLIPVisionModel
 
-from animegamer.characters import load_registry
+from animegamer.characters.registry import load_registry
 from animegamer.data import dataset, layout
 from animegamer.data.__main__ import main as data_main
 from animegamer.data.flow import MotionLevels, motion_scope
-from animegamer.game import make_instruction
+from animegamer.game.rules import make_instruction
 from animegamer.models.shot_encoder import clip_pixel_values, image_features
 from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 from animegamer.nano import NANO_VOCABULARY

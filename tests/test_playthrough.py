@@ -1,4 +1,4 @@
-"""Clip checks (`animegamer.mp4check`) and the playthrough's guarded use of ffmpeg."""
+"""Clip checks (`animegamer.video.mp4check`) and the playthrough's guarded use of ffmpeg."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import imageio_ffmpeg
 import numpy as np
 import pytest
 
-from animegamer import playthrough
-from animegamer.mp4check import MAX_CLIP_FRAMES, ClipFacts, check_mp4
-from animegamer.playthrough import FFMPEG_INPUT, PlaythroughError, concat_mp4
-from animegamer.video import write_mp4
+from animegamer.video import playthrough
+from animegamer.video.mp4check import MAX_CLIP_FRAMES, ClipFacts, check_mp4
+from animegamer.video.playthrough import FFMPEG_INPUT, PlaythroughError, concat_mp4
+from animegamer.video.writer import write_mp4
 
 
 def _write(path: Path, frames: int, height: int, width: int) -> Path:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import animegamer
-from animegamer.settings import Settings, SettingsError
+from animegamer.serving.settings import Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,6 @@ import pytest
 import torch
 
 from animegamer.__main__ import main
-from animegamer.devices import CPU_PLACEMENT
-from animegamer.engine import build_preview_directory, load_character_models
 from animegamer.evaluate.quantized import (
     decoder_step_relative_error,
     game_state_fidelity,
@@ -18,9 +16,12 @@ from animegamer.evaluate.quantized import (
 )
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
-from animegamer.quantization import Quantization
-from animegamer.settings import DEFAULT_NANO_DIR, Settings, SettingsError
-from animegamer.speed import get_preset
+from animegamer.paths import DEFAULT_NANO_DIR
+from animegamer.serving.devices import CPU_PLACEMENT
+from animegamer.serving.engine import build_preview_directory, load_character_models
+from animegamer.serving.presets import get_preset
+from animegamer.serving.quantization import Quantization
+from animegamer.serving.settings import Settings, SettingsError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 torchao = pytest.importorskip("torchao", reason="torchao (requirements-test.txt) is not installed")

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import save as save_safetensors
 
-from animegamer import savefile
-from animegamer.game import (
+from animegamer.game import savefile
+from animegamer.game.rules import (
     MAX_GAME_TURNS,
     MAX_WINDOW,
     GameStates,
@@ -32,8 +32,8 @@ from animegamer.game import (
     restart,
     undo,
 )
-from animegamer.savefile import DISK_FULL, SaveFileError, load_game, save_game
-from animegamer.video import write_mp4
+from animegamer.game.savefile import DISK_FULL, SaveFileError, load_game, save_game
+from animegamer.video.writer import write_mp4
 
 CHARACTERS = {"Qiqi", "Sosuke"}
 

@@ -23,8 +23,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from gradio_client.utils import Status
 
-from animegamer.characters import load_registry
-from animegamer.settings import Settings, SettingsError
+from animegamer.characters.registry import load_registry
+from animegamer.serving.settings import Settings, SettingsError
 from animegamer.ui.layout import build_app
 
 QIQI = QIQI_VALUES

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from animegamer.convert.decoder import (
+from animegamer.characters.conversion.decoder import (
     build_converted_decoder,
     convert_decoder,
     convert_state_dict,

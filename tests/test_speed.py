@@ -21,12 +21,12 @@ import pytest
 import torch
 from diffusers.hooks import FirstBlockCacheConfig
 
-from animegamer.engine import build_preview_directory, create_engine
-from animegamer.game import GameStates
+from animegamer.game.rules import GameStates
 from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.models.tiny_game_state import tiny_game_state_model
-from animegamer.settings import Settings, SettingsError
-from animegamer.speed import (
+from animegamer.models.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
+from animegamer.serving.engine import build_preview_directory, create_engine
+from animegamer.serving.presets import (
     FAST_STEPS,
     PRESETS,
     apply_preset,
@@ -34,7 +34,7 @@ from animegamer.speed import (
     compile_transformer_blocks,
     get_preset,
 )
-from animegamer.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
+from animegamer.serving.settings import Settings, SettingsError
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 20
@@ -251,8 +251,8 @@ def test_regional_compile_keeps_the_output(representation):
 
 def test_real_engine_applies_the_preset(tmp_path, monkeypatch):
     """A folder too large for the CPU plays on the real engine's placement, under the preset."""
-    from animegamer import engine as engine_module
-    from animegamer.convert.character import write_manifest
+    from animegamer.characters.conversion.character import write_manifest
+    from animegamer.serving import engine as engine_module
 
     monkeypatch.setattr(engine_module, "CPU_WEIGHTS_LIMIT_BYTES", 0)
     settings = Settings(engine="real", preset="fast", steps=50, output_dir=tmp_path / "out")

@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from animegamer.game import normalise_field
-from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import normalise_field
 from animegamer.models.tiny_game_state import build_tiny_base_tokenizer, build_tiny_tokenizer
-from animegamer.tokens import (
+from animegamer.models.tokens import (
     ADDED_TOKENS,
     BOS_ID,
     FRAME0_ID,
@@ -145,7 +145,7 @@ def test_saved_tokenizer_loads_without_sentencepiece_or_protobuf(tiny_tokenizer,
         "import sys, json\n"
         "sys.modules['sentencepiece'] = None\n"
         "sys.modules['google.protobuf'] = None\n"
-        "from animegamer.tokens import load_tokenizer\n"
+        "from animegamer.models.tokens import load_tokenizer\n"
         f"tok = load_tokenizer({str(tmp_path)!r})\n"
         f"print(json.dumps(tok.encode({text!r}, add_special_tokens=False)))\n"
     )

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from diffusers import AutoencoderKLCogVideoX
 
-from animegamer.convert.character import check_layout, read_manifest, vae_folder
-from animegamer.convert.errors import ConversionError
-from animegamer.devices import CPU_PLACEMENT
-from animegamer.engine import create_nano_engine, load_character_models
-from animegamer.game import make_instruction, new_session
+from animegamer.characters.conversion.character import check_layout, read_manifest, vae_folder
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.game.rules import make_instruction, new_session
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.models.tiny_shot_encoder import tiny_shot_encoder, tiny_shot_towers
-from animegamer.settings import Settings
+from animegamer.serving.devices import CPU_PLACEMENT
+from animegamer.serving.engine import create_nano_engine, load_character_models
+from animegamer.serving.settings import Settings
 from animegamer.train.character import TrainingSummary, assemble_character
 
 
@@ -79,7 +79,7 @@ def test_an_incomplete_phase_output_leaves_the_previous_folder(phase_outputs, tm
 def test_publishing_keeps_the_training_card(phase_outputs, tmp_path, monkeypatch):
     import huggingface_hub
 
-    from animegamer.convert.character import publish
+    from animegamer.characters.conversion.character import publish
 
     uploads = []
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo_id, **kw: None)

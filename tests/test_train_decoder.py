@@ -31,7 +31,7 @@ from animegamer.train.shots import (
     levels_of,
     vae_fingerprint,
 )
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from animegamer.data.dataset import write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
-from animegamer.game import GameStates
+from animegamer.game.rules import GameStates
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_game_state import (
@@ -25,7 +25,7 @@ from animegamer.models.tiny_game_state import (
     tiny_game_state_model,
     write_tiny_mllm_release,
 )
-from animegamer.tokens import (
+from animegamer.models.tokens import (
     EOS_ID,
     ET_END_ID,
     ET_ID,

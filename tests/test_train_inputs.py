@@ -22,7 +22,7 @@ from animegamer.train.checks import digest, field_default, phase_settings
 from animegamer.train.loop import losses_path, read_losses
 from animegamer.train.recipe import Recipe, load_recipe
 from animegamer.train.shots import read_features
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

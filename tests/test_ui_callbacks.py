@@ -23,10 +23,8 @@ import pytest
 import torch
 from conftest import QIQI_FIELDS
 
-from animegamer.characters import load_registry
-from animegamer.clips import PLAYERS_FOLDER, ClipStore
-from animegamer.engine import Casting, EngineError
-from animegamer.game import (
+from animegamer.characters.registry import load_registry
+from animegamer.game.rules import (
     INSTRUCTION_FIELDS,
     MAX_GAME_TURNS,
     GameStates,
@@ -35,10 +33,11 @@ from animegamer.game import (
     make_instruction,
     record_turn,
 )
+from animegamer.game.savefile import save_game
 from animegamer.nano.vocabulary import closed_vocabulary
-from animegamer.playthrough import PlaythroughError, concat_mp4
-from animegamer.savefile import save_game
-from animegamer.settings import EngineKind
+from animegamer.serving.clips import PLAYERS_FOLDER, ClipStore
+from animegamer.serving.engine import Casting, EngineError
+from animegamer.serving.settings import EngineKind
 from animegamer.ui import GameUI, Player
 from animegamer.ui.callbacks import GameSlot, discard_game_files, gpu_seconds
 from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
@@ -49,6 +48,7 @@ from animegamer.ui.views import (
     gauges_html,
     history_frame,
 )
+from animegamer.video.playthrough import PlaythroughError, concat_mp4
 
 QIQI = QIQI_FIELDS
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from animegamer.characters import load_registry
+from animegamer.characters.registry import load_registry
 from animegamer.ui import GameUI
 from animegamer.ui.callbacks import GameSlot
 from animegamer.ui.events import Pending, restore_after_failure, run_with_previews, send_command

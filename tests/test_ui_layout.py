@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from animegamer.characters import load_registry
+from animegamer.characters.registry import load_registry
 from animegamer.nano.vocabulary import closed_vocabulary
-from animegamer.settings import Settings
+from animegamer.serving.settings import Settings
 from animegamer.ui.layout import build_app
 from animegamer.ui.views import BANNERS
 from animegamer.ui.vocabulary import PARTS, registry_vocabulary, vocabulary_for

@@ -8,8 +8,9 @@ import pytest
 import torch
 from conftest import QIQI_FIELDS
 
-from animegamer.characters import load_registry
-from animegamer.game import (
+from animegamer.characters.registry import load_registry
+from animegamer.command.parser import ClosedVocabulary
+from animegamer.game.rules import (
     GameStates,
     Gauges,
     Session,
@@ -17,7 +18,6 @@ from animegamer.game import (
     make_instruction,
     record_turn,
 )
-from animegamer.instruction import ClosedVocabulary
 from animegamer.nano.vocabulary import MOTIONS, closed_vocabulary
 from animegamer.ui.story import (
     eta_seconds,

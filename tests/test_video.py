@@ -8,7 +8,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 
 def read_mp4(path: Path) -> tuple[np.ndarray, dict]:

@@ -13,8 +13,8 @@ from animegamer.data import layout
 from animegamer.data.dataset import card, write_card, write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
 from animegamer.data.flow import MotionLevels, motion_scope
-from animegamer.game import make_instruction
-from animegamer.video import write_mp4
+from animegamer.game.rules import make_instruction
+from animegamer.video.writer import write_mp4
 
 MOTIONS = (("slowly", "walk", 1, 0, 0, 1), ("quickly", "run", 4, 0, 1, -1),
            ("gently", "wave hand", 2, 1, 0, 0), ("happily", "jump", 5, 0, 1, -1))

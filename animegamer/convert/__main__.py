@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from animegamer.characters import DEFAULT_LATENT_SIZE, RegistryError
+from animegamer.characters.registry import DEFAULT_LATENT_SIZE, RegistryError
 
 EXIT_ERROR = 2
 
@@ -83,12 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> None:
     if args.command == "mllm":
-        from animegamer.convert import mllm
+        from animegamer.characters.conversion import mllm
 
         mllm.convert_mllm(args.release, args.base_llm, args.out)
         print(f"wrote {args.out}")
     elif args.command == "decoder":
-        from animegamer.convert import decoder
+        from animegamer.characters.conversion import decoder
 
         decoder.convert_decoder(args.release, args.out, latent_size=tuple(args.latent_size))
         print(f"wrote {args.out}")
@@ -97,10 +97,10 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _character(args: argparse.Namespace) -> None:
-    from animegamer import hub
-    from animegamer.characters import load_registry
-    from animegamer.convert.character import cache_key, convert_release, publish
-    from animegamer.settings import Settings
+    from animegamer.characters import hub
+    from animegamer.characters.conversion.character import cache_key, convert_release, publish
+    from animegamer.characters.registry import load_registry
+    from animegamer.serving.settings import Settings
 
     settings = Settings.from_env()
     character = load_registry(args.registry or settings.registry_path).get(args.name)

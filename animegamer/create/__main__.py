@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from animegamer.create.pipeline import DEFAULT_RECIPE, INPUT_ERRORS, CreateOptions, create
-from animegamer.settings import DEFAULT_REGISTRY
+from animegamer.paths import DEFAULT_REGISTRY
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from animegamer.data.annotate import ANSWER_FIELDS
-from animegamer.game import Instruction, make_instruction
+from animegamer.game.rules import Instruction, make_instruction
 from animegamer.nano.sprites import reference_image
 from animegamer.nano.vocabulary import MOTIONS
 from animegamer.nano.world import NanoRenderer, WorldState, state_labels
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 EXAMPLE_CHARACTER = "Kiki"
 """The example's character: drawn with the Nano world's Qiqi sprite, named apart from the

@@ -16,7 +16,12 @@ from typing import Any
 
 import yaml
 
-from animegamer.characters import RegistryError, is_local_path, load_registry, parse_registry
+from animegamer.characters.registry import (
+    RegistryError,
+    is_local_path,
+    load_registry,
+    parse_registry,
+)
 from animegamer.data.store import write_atomic
 
 EXAMPLES = 5

@@ -25,15 +25,15 @@ import numpy as np
 import torch
 from PIL import Image
 
+from animegamer.command.parser import reads_back
 from animegamer.data.decode import read_clip
 from animegamer.data.errors import DataError
-from animegamer.game import (
+from animegamer.game.rules import (
     Instruction,
     InstructionError,
     make_instruction,
     normalise_field,
 )
-from animegamer.instruction import reads_back
 
 PROMPT_FILE = Path(__file__).with_name("prompts") / "annotate.txt"
 ANSWER_FIELDS = (

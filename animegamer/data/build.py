@@ -46,7 +46,7 @@ from animegamer.data.flow import MotionLevels
 from animegamer.data.report import Skip, make_report
 from animegamer.data.shots import MIN_SEGMENT_SECONDS
 from animegamer.data.store import append_record, read_records, write_atomic, write_json
-from animegamer.game import MAX_FIELD_CHARS, normalise_field
+from animegamer.game.rules import MAX_FIELD_CHARS, normalise_field
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".ts", ".mpg", ".mpeg")
 WORK_FORMAT = 1

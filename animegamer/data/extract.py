@@ -29,8 +29,8 @@ from animegamer.data.shots import (
     detection_size,
 )
 from animegamer.data.store import append_record, write_atomic
-from animegamer.mp4check import truncation
-from animegamer.video import write_mp4
+from animegamer.video.mp4check import truncation
+from animegamer.video.writer import write_mp4
 
 MIN_MOVING = 0.002
 """A clip with a smaller fraction of moving pixels is static and skipped."""

@@ -27,7 +27,7 @@ from animegamer.data.store import write_atomic
 if TYPE_CHECKING:
     import torch
 
-    from animegamer.characters import ShotTowerSources
+    from animegamer.characters.registry import ShotTowerSources
     from animegamer.models.shot_encoder import ShotTowers
 
 class ShotFeatureExtractor(Protocol):
@@ -73,7 +73,7 @@ def registry_feature_extractor(sources: ShotTowerSources) -> TowerFeatureExtract
     what to do, raised before anything is built."""
     import torch
 
-    from animegamer.hub import HubError, fetch
+    from animegamer.characters.hub import HubError, fetch
     from animegamer.models.shot_encoder import ShotTowers
 
     gpu = torch.cuda.is_available()
@@ -110,7 +110,7 @@ def feature_extractor(kind: str) -> ShotFeatureExtractor | None:
     if kind == "tiny":
         return tiny_feature_extractor()
     if kind == "real":
-        from animegamer.characters import load_registry
+        from animegamer.characters.registry import load_registry
 
         towers = load_registry().shot_towers
         if towers is None:

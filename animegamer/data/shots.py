@@ -20,7 +20,7 @@ from scenedetect import AdaptiveDetector, ContentDetector, FrameTimecode, StatsM
 from scenedetect.detector import FlashFilter
 
 from animegamer.data.decode import DECODE_FPS
-from animegamer.video import DEFAULT_FPS
+from animegamer.video.writer import DEFAULT_FPS
 
 CLIP_FRAMES = 17
 """Frames of a shot: the VAE needs 4k+1, and 17 at 8 fps are the paper's 2-second clips."""

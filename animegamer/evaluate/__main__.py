@@ -25,19 +25,11 @@ from pathlib import Path
 
 import torch
 
-from animegamer.characters import RegistryError, load_registry
-from animegamer.clips import ClipStore
-from animegamer.convert.character import WORLD_KEY, read_manifest
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.character import WORLD_KEY, read_manifest
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.characters.hub import HubError
+from animegamer.characters.registry import RegistryError, load_registry
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels
-from animegamer.devices import choose_placement
-from animegamer.engine import (
-    EngineError,
-    TurnEngine,
-    create_preview_engine,
-    create_registry_engine,
-    load_character_models,
-)
 from animegamer.evaluate.backbones import DEFAULT_CLIP, FeatureCache, load_clip, load_dreamsim
 from animegamer.evaluate.benchmark import (
     BenchmarkError,
@@ -49,10 +41,18 @@ from animegamer.evaluate.benchmark import (
 )
 from animegamer.evaluate.metrics import TurnScorer
 from animegamer.evaluate.report import compare, write_report
-from animegamer.hub import HubError
 from animegamer.nano import NANO_WORLD
 from animegamer.nano.probes import NanoProbes
-from animegamer.settings import EngineKind, Settings, SettingsError
+from animegamer.serving.clips import ClipStore
+from animegamer.serving.devices import choose_placement
+from animegamer.serving.engine import (
+    EngineError,
+    TurnEngine,
+    create_preview_engine,
+    create_registry_engine,
+    load_character_models,
+)
+from animegamer.serving.settings import EngineKind, Settings, SettingsError
 
 EXIT_ERROR = 2
 JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"

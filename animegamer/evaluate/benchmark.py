@@ -35,7 +35,6 @@ from tqdm import tqdm
 from animegamer.data import dataset, layout
 from animegamer.data.decode import read_clip
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels, motion_scope
-from animegamer.engine import TurnEngine
 from animegamer.evaluate.metrics import (
     FRAMES_PER_TURN,
     JudgeFn,
@@ -46,7 +45,7 @@ from animegamer.evaluate.metrics import (
     probe_scores,
     sample_indices,
 )
-from animegamer.game import (
+from animegamer.game.rules import (
     INSTRUCTION_FIELDS,
     GameStates,
     Gauges,
@@ -59,6 +58,7 @@ from animegamer.game import (
     record_turn,
 )
 from animegamer.nano.probes import NanoProbes
+from animegamer.serving.engine import TurnEngine
 
 TURNS_FILE = "turns.jsonl"
 REPRESENTATIONS = "cache/representations"

@@ -19,7 +19,7 @@ import torch
 
 from animegamer.data.flow import MotionLevels
 from animegamer.evaluate.backbones import ClipBackbone, DistanceFn, FeatureCache
-from animegamer.game import GameStates, Instruction
+from animegamer.game.rules import GameStates, Instruction
 from animegamer.nano.probes import NanoProbes, probe_agreement
 
 FRAMES_PER_TURN = 4

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional
 
-from animegamer.game import MAX_WINDOW, GameStates
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import MAX_WINDOW, GameStates
 from animegamer.models.decoder import AnimeGamerTransformer3DModel
 from animegamer.models.game_state import GameStateModel
-from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.models.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
 from animegamer.nano.vocabulary import CHARACTERS, NANO_VOCABULARY
-from animegamer.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
 
 STATE_RANGE = range(-5, 6)
 

@@ -27,7 +27,7 @@ from animegamer.evaluate.metrics import (
     paired_interval,
     summarise,
 )
-from animegamer.settings import EngineKind
+from animegamer.serving.settings import EngineKind
 
 METRICS_FILE = "metrics.json"
 MARKDOWN_FILE = "report.md"

@@ -41,6 +41,7 @@ from torch import nn
 # At run time too: diffusers reads the component annotations of `__init__` when it loads.
 from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderModel
 
+from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.decoder_defaults import (
     DEFAULT_GUIDANCE,
     DEFAULT_LATENT_SIZE,
@@ -48,7 +49,6 @@ from animegamer.models.decoder_defaults import (
     DEFAULT_STEPS,
 )
 from animegamer.models.noise_prior import FrameCorrelatedNoise
-from animegamer.models.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.shot_encoder import (
     AnimeGamerShotEncoder,
     clip_pixel_values,

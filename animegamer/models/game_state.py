@@ -37,11 +37,11 @@ from transformers import (
 from transformers.cache_utils import Cache
 from transformers.utils import ModelOutput
 
-from animegamer.game import Instruction
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import Instruction
 from animegamer.models.game_state_config import GameStateConfig
 from animegamer.models.game_state_defaults import LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER
-from animegamer.models.representation import REPRESENTATION_TOKENS
-from animegamer.tokens import (
+from animegamer.models.tokens import (
     EOS_ID,
     FRAME0_ID,
     FRAME_END_ID,
@@ -220,7 +220,7 @@ class GameStateModel(PreTrainedModel):
 
         The language model streams tensor by tensor from its memory-mapped shards straight to
         `device` and `dtype`; `quantization_config` (transformers', e.g. from
-        `animegamer.quantization`) quantizes it as it loads. The resamplers stay in `dtype`.
+        `animegamer.serving.quantization`) quantizes it as it loads. The resamplers stay in `dtype`.
         """
         path = Path(pretrained_model_name_or_path)
         language_model = AutoModelForCausalLM.from_pretrained(

@@ -13,9 +13,9 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig, __version__
 from transformers.configuration_utils import SubConfigSpec
 
+from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.models.game_state_defaults import GAME_STATE_CONFIG_NAME
-from animegamer.models.representation import REPRESENTATION_TOKENS
-from animegamer.tokens import (
+from animegamer.models.tokens import (
     FRAME0_ID,
     FRAME_END_ID,
     FRAME_ID,
@@ -47,8 +47,8 @@ class GameStateConfig(PreTrainedConfig):
             trained by this project).
         frame_token_id, first_frame_token_id, frame_end_token_id, state_token_id,
         first_strength_token_id: `<frame>`, `<frame_00000>`, `</frame>`, `<ML>` and
-            `<Strength_-5>`. The vocabulary fixes them (see `animegamer.tokens`); a config that
-            disagrees is refused rather than misread.
+            `<Strength_-5>`. The vocabulary fixes them (see `animegamer.models.tokens`); a config
+            that disagrees is refused rather than misread.
     """
 
     model_type = "animegamer_game_state"

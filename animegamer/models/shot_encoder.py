@@ -25,7 +25,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from animegamer.models.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.game.representation import REPRESENTATION_TOKENS, TEXT_TOKENS
 
 if TYPE_CHECKING:
     from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderModel

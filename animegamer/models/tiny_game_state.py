@@ -18,7 +18,7 @@ import torch
 from transformers import LlamaTokenizer, MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
 
 from animegamer.models.game_state import GameStateConfig, GameStateModel, Resampler
-from animegamer.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE, add_animegamer_tokens
+from animegamer.models.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE, add_animegamer_tokens
 
 TINY_LORA_RANK = 32
 TINY_HEAD_DIM = 16

@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
 from animegamer.data.episodes import TEST_FRACTION
 from animegamer.data.errors import DataError
 from animegamer.nano import NANO_WORLD
 from animegamer.nano.tower import TowerTraining
-from animegamer.settings import DEFAULT_NANO_DIR, PACKAGE_ROOT
+from animegamer.paths import DEFAULT_NANO_DIR, PACKAGE_ROOT
 
 EXIT_ERROR = 2
 NANO_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano.yaml"
@@ -182,7 +182,7 @@ def install(vae: Path, characters: Mapping[str, Path], target: Path) -> Path:
     """Put the shared `vae` in target/vae/ and each trained character folder in
     target/<key>/ without its own VAE, its manifest naming the shared one, within the
     repository's size budget; `target` is replaced only once the new one is complete."""
-    from animegamer.convert.character import check_layout
+    from animegamer.characters.conversion.character import check_layout
 
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -205,7 +205,7 @@ def install(vae: Path, characters: Mapping[str, Path], target: Path) -> Path:
 def share_vae(character: Path, vae: str) -> None:
     """Make the manifest of `character` name the VAE folder `vae` beside it, and the Nano
     world (`NANO_WORLD`: evaluation runs the world's probes on it)."""
-    from animegamer.convert.character import MANIFEST_NAME, SHARED_VAE_KEY, WORLD_KEY
+    from animegamer.characters.conversion.character import MANIFEST_NAME, SHARED_VAE_KEY, WORLD_KEY
 
     path = character / MANIFEST_NAME
     manifest = json.loads(path.read_text(encoding="utf-8"))

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageFilter
 
-from animegamer.game import Instruction
+from animegamer.game.rules import Instruction
 from animegamer.nano.scene import GROUND_Y, HEIGHT, WIDTH, render_background, sprite_light
 from animegamer.nano.sprites import (
     BROOM_STICK,

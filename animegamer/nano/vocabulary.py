@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from animegamer.instruction import ClosedVocabulary, KnownPhrases
+from animegamer.command.parser import ClosedVocabulary, KnownPhrases
 
 Posture = Literal["stand", "sit", "lie", "fly", "ride"]
 Animation = Literal[

@@ -35,7 +35,7 @@ from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.data.report import make_report
 from animegamer.data.shots import CLIP_FPS, CLIP_FRAMES, CLIP_STRIDE
 from animegamer.data.store import write_atomic, write_json
-from animegamer.game import Instruction, make_instruction
+from animegamer.game.rules import Instruction, make_instruction
 from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 from animegamer.nano.scene import GROUND_Y, HEIGHT, WIDTH, render_background, sprite_light
 from animegamer.nano.sprites import FRIEND, Pose, draw_character, look_of, reference_image
@@ -51,7 +51,7 @@ from animegamer.nano.vocabulary import (
     PlaceSpec,
     TimeSpec,
 )
-from animegamer.video import write_mp4
+from animegamer.video.writer import write_mp4
 
 X_MIN, X_MAX = 12.0, WIDTH - 12.0
 MAX_TRAVEL = 4.5

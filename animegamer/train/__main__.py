@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> None:
             character = assemble(args, load_recipe(*args.config), game_state)
             _report(accelerator, "character", character)
             if args.push_to_hub:
-                from animegamer.convert.character import publish
+                from animegamer.characters.conversion.character import publish
 
                 commit = publish(character, args.push_to_hub, private=args.private,
                                  keep_card=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from animegamer.convert.character import CARD_NAME, check_layout, write_manifest
+from animegamer.characters.conversion.character import CARD_NAME, check_layout, write_manifest
 from animegamer.models.decoder import write_model_index
 from animegamer.models.game_state_defaults import (
     GAME_STATE_CONFIG_NAME,

@@ -55,11 +55,11 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from animegamer.data.dataset import read_rows
-from animegamer.game import GameStates
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import GameStates
 from animegamer.models.game_state import GameStateConfig, GameStateModel
-from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
-from animegamer.tokens import (
+from animegamer.models.tokens import (
     EOS_ID,
     VOCAB_SIZE,
     HistoryTurn,

@@ -21,7 +21,7 @@ import gradio as gr
 from gradio.components.api_component import Api
 from gradio.utils import get_upload_folder
 
-from animegamer.game import INSTRUCTION_FIELDS
+from animegamer.game.rules import INSTRUCTION_FIELDS
 from animegamer.ui.callbacks import GameSlot, GameUI, Update, user_error
 from animegamer.ui.events import queues
 

@@ -30,11 +30,18 @@ import pandas as pd
 import spaces
 import torch
 
-from animegamer.characters import Character, Registry, RegistryError
-from animegamer.clips import DELETE_GRACE_S, ClipStore
-from animegamer.devices import Placement
-from animegamer.engine import Casting, EngineError
-from animegamer.game import (
+from animegamer.characters.registry import Character, Registry, RegistryError
+from animegamer.command.parser import (
+    ClosedVocabulary,
+    InstructionContext,
+    OtherCharacterError,
+    check_instruction,
+    format_command,
+    game_context,
+    read_instruction,
+    with_word,
+)
+from animegamer.game.rules import (
     Instruction,
     InstructionError,
     SeedError,
@@ -46,22 +53,15 @@ from animegamer.game import (
     turn_note,
     undo,
 )
-from animegamer.instruction import (
-    ClosedVocabulary,
-    InstructionContext,
-    OtherCharacterError,
-    check_instruction,
-    format_command,
-    game_context,
-    read_instruction,
-    with_word,
-)
-from animegamer.memory import release_free_memory
-from animegamer.playthrough import PlaythroughError, concat_mp4
-from animegamer.savefile import SaveFileError, load_game, save_game
+from animegamer.game.savefile import SaveFileError, load_game, save_game
+from animegamer.serving.clips import DELETE_GRACE_S, ClipStore
+from animegamer.serving.devices import Placement
+from animegamer.serving.engine import Casting, EngineError
+from animegamer.serving.memory import release_free_memory
 from animegamer.ui import views
 from animegamer.ui.story import eta_seconds, progress_text
 from animegamer.ui.vocabulary import vocabulary_for
+from animegamer.video.playthrough import PlaythroughError, concat_mp4
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class TurnRunner(Protocol):
 
 
 class Engine(Protocol):
-    """What the UI needs of `animegamer.engine.GameEngine` (or of one `TurnEngine`)."""
+    """What the UI needs of `animegamer.serving.engine.GameEngine` (or of one `TurnEngine`)."""
 
     @property
     def kind(self) -> str: ...
@@ -511,7 +511,7 @@ class GameUI:
         self, session: Session, text: str | None, fields: Mapping[str, str | None] | None = None
     ) -> Instruction:
         """The instruction `text` asks for or, without text, the five `fields`, held to the game
-        (`animegamer.instruction`); `gr.Error` saying what is wrong. Changes no game."""
+        (`animegamer.command.parser`); `gr.Error` saying what is wrong. Changes no game."""
         context = self.command_context(session)
         try:
             if fields is None or (text and text.strip()):

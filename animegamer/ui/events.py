@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import gradio as gr
 
-from animegamer.game import Instruction
-from animegamer.instruction import format_command
+from animegamer.command.parser import format_command
+from animegamer.game.rules import Instruction
 from animegamer.ui.callbacks import (
     GameSlot,
     GameUI,

@@ -11,8 +11,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from animegamer.characters import Registry, UnknownCharacterError
-from animegamer.game import INSTRUCTION_FIELDS, Instruction, InstructionError, make_instruction
+from animegamer.characters.registry import Registry, UnknownCharacterError
+from animegamer.game.rules import (
+    INSTRUCTION_FIELDS,
+    Instruction,
+    InstructionError,
+    make_instruction,
+)
 
 logger = logging.getLogger(__name__)
 

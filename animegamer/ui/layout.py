@@ -20,11 +20,11 @@ from typing import Any
 
 import gradio as gr
 
-from animegamer.characters import Character, Registry
-from animegamer.game import MAX_FIELD_CHARS
-from animegamer.instruction import format_command
-from animegamer.savefile import MAX_FILE_BYTES
-from animegamer.settings import Settings
+from animegamer.characters.registry import Character, Registry
+from animegamer.command.parser import format_command
+from animegamer.game.rules import MAX_FIELD_CHARS
+from animegamer.game.savefile import MAX_FILE_BYTES
+from animegamer.serving.settings import Settings
 from animegamer.ui import api, events
 from animegamer.ui.callbacks import (
     SESSION_TTL_S,

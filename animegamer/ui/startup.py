@@ -11,10 +11,11 @@ from typing import Any
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from animegamer.characters import RegistryError, load_registry
-from animegamer.engine import EngineError, create_registry_engine
-from animegamer.memory import limit_malloc_arenas
-from animegamer.settings import PACKAGE_ROOT, Settings, SettingsError
+from animegamer.characters.registry import RegistryError, load_registry
+from animegamer.paths import PACKAGE_ROOT
+from animegamer.serving.engine import EngineError, create_registry_engine
+from animegamer.serving.memory import limit_malloc_arenas
+from animegamer.serving.settings import Settings, SettingsError
 from animegamer.ui.layout import build_app, launch_options
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from animegamer.game import GameStates, Gauges, Instruction
+from animegamer.game.rules import GameStates, Gauges, Instruction
 
 MOTION_WORDS = {1: "still", 2: "calm", 3: "lively", 4: "energetic", 5: "wild"}
 LOW_GAUGE = 20

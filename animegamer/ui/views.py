@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from animegamer.game import GAUGE_MAX, Gauges, Instruction, Session, Turn
-from animegamer.instruction import format_command
-from animegamer.settings import EngineKind
+from animegamer.command.parser import format_command
+from animegamer.game.rules import GAUGE_MAX, Gauges, Instruction, Session, Turn
+from animegamer.serving.settings import EngineKind
 from animegamer.ui.story import motion_words, nudges, turn_sentence
 
 GAUGE_LABELS = {"stamina": "Stamina", "social": "Social", "entertainment": "Entertainment"}

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from animegamer.characters import Character
-from animegamer.instruction import ClosedVocabulary
+from animegamer.characters.registry import Character
+from animegamer.command.parser import ClosedVocabulary
 
 PARTS = ("adverbs", "motions", "times", "places")
 """The chip groups, in the order a command reads: `<adverb> <motion>, <time> <place>`."""

@@ -1,4 +1,4 @@
-"""The shot representation the two networks exchange: a property of the models.
+"""The shot representation the two networks exchange: part of the game state the models exchange.
 
 Plain constants, no imports: the pure game module and the save-file reader may import them
 without loading any model code.

@@ -5,8 +5,9 @@ project layout, ready to load. A character whose registry entry names a *convert
 downloaded as is. A *release* source is converted once into
 `<cache>/characters/<name>-<key>`, where the key digests the resolved commits of every source, so
 a new revision reconverts and an old one never does; the conversion is atomic (see
-`animegamer.convert.character`). Only the chosen character's folders are downloaded (allow
-patterns), at pinned revisions, with `HF_TOKEN` for the gated Mistral repo; `HF_HUB_OFFLINE=1`
+`animegamer.characters.conversion.character`). Only the chosen character's folders are downloaded
+(allow patterns), at pinned revisions, with `HF_TOKEN` for the gated Mistral repo;
+`HF_HUB_OFFLINE=1`
 serves everything from the local cache. Every Hub failure becomes a `HubError` whose message is
 one sentence telling the user what to do.
 """
@@ -38,8 +39,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects
 
-from animegamer.characters import Character, ReleaseSource, RepoRef
-from animegamer.convert.character import (
+from animegamer.characters.conversion.character import (
     LAYOUT_PATTERNS,
     ReleaseFiles,
     cache_key,
@@ -47,7 +47,8 @@ from animegamer.convert.character import (
     convert_release,
     read_manifest,
 )
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.characters.registry import Character, ReleaseSource, RepoRef
 from animegamer.models.decoder_defaults import RELEASE_CHECKPOINT_NAME as DECODER_FILE
 
 logger = logging.getLogger(__name__)

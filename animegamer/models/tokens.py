@@ -19,8 +19,8 @@ import torch
 from tokenizers import AddedToken
 from transformers import LlamaTokenizer, PreTrainedTokenizerFast
 
-from animegamer.game import STATE_DELTA_RANGE, GameStates, normalise_field
-from animegamer.models.representation import REPRESENTATION_TOKENS
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import STATE_DELTA_RANGE, GameStates, normalise_field
 
 BASE_VOCAB_SIZE = 32000
 NUM_FRAME_TOKENS = 256

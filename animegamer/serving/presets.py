@@ -7,7 +7,7 @@ A preset trades quality for time or memory on the models of one character:
   transformer (a step whose first block changed little reuses the other blocks' residual), and
   the game-state model's shared prefill.
 * `low-vram`: model CPU offload (`Placement.offload`), VAE tiling and slicing, shared prefill.
-* `consumer`: both large networks in int8 (`animegamer.quantization`), whole on the GPU, VAE
+* `consumer`: both large networks in int8 (`animegamer.serving.quantization`), whole on the GPU, VAE
   tiling and slicing (an untiled 480×720 decode alone peaks near 12 GiB), shared prefill:
   for a 12 GB card.
 * `tiny-vram`: the language model in 4-bit NF4, the transformer in int8, model CPU offload,
@@ -36,8 +36,8 @@ from torch import nn
 
 from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
-from animegamer.quantization import NO_QUANTIZATION, PRESET_QUANTIZATION, Quantization
-from animegamer.settings import PRESET_CHOICES
+from animegamer.serving.quantization import NO_QUANTIZATION, PRESET_QUANTIZATION, Quantization
+from animegamer.serving.settings import PRESET_CHOICES
 
 PRESET_NAMES = PRESET_CHOICES
 FAST_STEPS = 20

@@ -87,7 +87,8 @@ PRESET_QUANTIZATION: Mapping[str, Quantization] = MappingProxyType({
     "consumer": Quantization(language_model="int8", transformer="int8"),
     "tiny-vram": Quantization(language_model="nf4", transformer="int8"),
 })
-"""The presets that quantize (`animegamer.speed.PRESETS` holds the rest of each preset)."""
+"""The presets that quantize (`animegamer.serving.presets.PRESETS` holds the rest of each
+preset)."""
 
 
 def missing_packages(quantization: Quantization) -> tuple[str, ...]:

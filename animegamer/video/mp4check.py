@@ -3,7 +3,7 @@
 ffmpeg opens whatever it is given: a DASH manifest or an HLS playlist named `.mp4` makes it read
 other files (or URLs), and an mp4 may reference media in other files through its `dref` box. So a
 clip from outside (a saved game) is walked here first, in pure Python, and accepted only when it
-is what `animegamer.video.write_mp4` writes: an ISO-BMFF file starting with `ftyp`, not
+is what `animegamer.video.writer.write_mp4` writes: an ISO-BMFF file starting with `ftyp`, not
 fragmented, holding exactly one self-contained H.264 (`avc1`) video track of
 1..`MAX_CLIP_FRAMES` frames. Only box headers and the `moov` box are read, never the media data.
 """

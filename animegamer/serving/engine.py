@@ -21,10 +21,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from animegamer.characters import Character, Registry
-from animegamer.clips import ClipStore
-from animegamer.devices import CPU_PLACEMENT, Placement, choose_placement
-from animegamer.game import (
+from animegamer.characters.hub import log_stage, resolve_character
+from animegamer.characters.registry import Character, Registry
+from animegamer.command.parser import ClosedVocabulary
+from animegamer.game.rules import (
     MAX_STEPS,
     GameStates,
     Instruction,
@@ -35,17 +35,17 @@ from animegamer.game import (
     new_seed,
     record_turn,
 )
-from animegamer.hub import log_stage, resolve_character
-from animegamer.instruction import ClosedVocabulary
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentPreviewCallback
 from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
-from animegamer.quantization import NO_QUANTIZATION, Quantization
-from animegamer.settings import EngineKind, Settings
-from animegamer.speed import apply_preset, get_preset
+from animegamer.serving.clips import ClipStore
+from animegamer.serving.devices import CPU_PLACEMENT, Placement, choose_placement
+from animegamer.serving.presets import apply_preset, get_preset
+from animegamer.serving.quantization import NO_QUANTIZATION, Quantization
+from animegamer.serving.settings import EngineKind, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class TurnEngine:
         self.vocabulary = vocabulary
         """The closed vocabulary of a world whose game-state tokenizer knows a fixed set of
         words (Nano): instructions with other words are refused before a turn (see
-        `animegamer.instruction`). None where the models read free text (real, preview)."""
+        `animegamer.command.parser`). None where the models read free text (real, preview)."""
         self.placement = placement
         self.num_inference_steps = num_inference_steps
         self.guidance_scale = guidance_scale
@@ -320,11 +320,11 @@ def load_character_models(
     live_preview: bool = True,
 ) -> CharacterModels:
     """Load both networks of a character from a project-layout directory, quantized as
-    `quantization` says (a preset's; `animegamer.quantization`), its VAE from the shared folder
-    its manifest names, if it names one (`convert.character.shared_components`), and its
+    `quantization` says (a preset's; `animegamer.serving.quantization`), its VAE from the shared
+    folder its manifest names, if it names one (`convert.character.shared_components`), and its
     live-preview map when `live_preview` (`LatentPreview.for_folder`: fitted against the placed
     VAE and saved in the folder when it has none)."""
-    from animegamer.convert.character import shared_components
+    from animegamer.characters.conversion.character import shared_components
 
     game_state = GameStateModel.from_pretrained(
         directory, device=placement.load_device, dtype=placement.game_state_dtype,
@@ -368,7 +368,7 @@ def weights_bytes(directory: Path) -> int:
 def folder_origin(directory: Path) -> str:
     """`trained` for a folder made by `animegamer.train` (its manifest names a dataset),
     `converted` for the release's checkpoints converted."""
-    from animegamer.convert.character import read_manifest
+    from animegamer.characters.conversion.character import read_manifest
 
     return "trained" if "dataset" in read_manifest(directory).get("sources", {}) else "converted"
 
@@ -403,8 +403,12 @@ def nano_character_folders(nano_dir: Path) -> dict[str, Path]:
     """The Nano world's character folders under `nano_dir` (one per character, as the release
     has a model set per character), by the character their manifest names; `EngineError` when
     there is none or one is incomplete."""
-    from animegamer.convert.character import MANIFEST_NAME, check_layout, read_manifest
-    from animegamer.convert.errors import ConversionError
+    from animegamer.characters.conversion.character import (
+        MANIFEST_NAME,
+        check_layout,
+        read_manifest,
+    )
+    from animegamer.characters.conversion.errors import ConversionError
 
     manifests = sorted(Path(nano_dir).glob(f"*/{MANIFEST_NAME}"))
     if not manifests:

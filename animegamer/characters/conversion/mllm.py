@@ -26,10 +26,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import GenerationConfig, MistralConfig
 
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
 from animegamer.models.game_state_config import GameStateConfig
 from animegamer.models.game_state_defaults import LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER
-from animegamer.tokens import BOS_ID, EOS_ID, VOCAB_SIZE, TokenizerError, build_tokenizer
+from animegamer.models.tokens import BOS_ID, EOS_ID, VOCAB_SIZE, TokenizerError, build_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from animegamer.game import Session
-from animegamer.video import write_mp4
+from animegamer.game.rules import Session
+from animegamer.video.writer import write_mp4
 
 PLAYERS_FOLDER = "players"
 DELETE_GRACE_S = 30.0

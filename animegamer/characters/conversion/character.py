@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from animegamer.characters import DEFAULT_LATENT_SIZE
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.characters.registry import DEFAULT_LATENT_SIZE
 from animegamer.models.game_state_defaults import (
     GAME_STATE_CONFIG_NAME,
     LLM_FOLDER,
@@ -365,7 +365,7 @@ def publish(
 
 
 def _convert_mllm(files: ReleaseFiles, out: Path) -> None:
-    from animegamer.convert import mllm
+    from animegamer.characters.conversion import mllm
 
     mllm.convert_mllm(files.mllm_bin, files.base_llm_dir, out)
 
@@ -373,13 +373,13 @@ def _convert_mllm(files: ReleaseFiles, out: Path) -> None:
 def _convert_decoder(files: ReleaseFiles, out: Path) -> None:
     """transformer/, shot_encoder/, scheduler/ and model_index.json (the VAE is linked by its
     own stage)."""
-    from animegamer.convert import decoder
+    from animegamer.characters.conversion import decoder
 
     decoder.convert_decoder(files.decoder_dir, out, latent_size=files.latent_size)
 
 
 def _decoder_checkpoint(decoder_dir: Path) -> Path:
-    from animegamer.convert.decoder import release_checkpoint_path
+    from animegamer.characters.conversion.decoder import release_checkpoint_path
 
     return release_checkpoint_path(decoder_dir)
 

@@ -25,8 +25,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from animegamer.characters import Character, Registry
-from animegamer.game import (
+from animegamer.characters.registry import Character, Registry
+from animegamer.game.rules import (
     FIELD_LABELS,
     MAX_INSTRUCTION_CHARS,
     Instruction,

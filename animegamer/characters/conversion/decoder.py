@@ -26,7 +26,8 @@ import torch
 from accelerate import init_empty_weights
 from numpy._core import multiarray
 
-from animegamer.convert.errors import ConversionError
+from animegamer.characters.conversion.errors import ConversionError
+from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.models.decoder import (
     DEFAULT_MOTION_SCOPES,
     AnimeGamerTransformer3DModel,
@@ -39,7 +40,6 @@ from animegamer.models.decoder_defaults import (
     RELEASE_CHECKPOINT_NAME,
     SAT_PREFIX,
 )
-from animegamer.models.representation import REPRESENTATION_TOKENS
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 
 LAYERNORM_EPS = 1e-5

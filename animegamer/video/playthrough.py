@@ -6,8 +6,8 @@ ffmpeg's concat demuxer copies their H.264 streams into one mp4, in a subprocess
 on it. Clips of another size (a saved game made with other models, then continued) are decoded
 and re-encoded at the size of the first clip, frames streamed one at a time.
 
-Each clip is checked by `animegamer.mp4check` before ffmpeg opens it, and ffmpeg is told to read
-it as mp4 from a local file only (`FFMPEG_INPUT`), so a clip that is really a playlist or a
+Each clip is checked by `animegamer.video.mp4check` before ffmpeg opens it, and ffmpeg is told to
+read it as mp4 from a local file only (`FFMPEG_INPUT`), so a clip that is really a playlist or a
 manifest can never make it read another file or a URL.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import imageio_ffmpeg
 
-from animegamer.mp4check import ClipFacts, check_mp4
-from animegamer.video import DEFAULT_FPS, h264_writer
+from animegamer.video.mp4check import ClipFacts, check_mp4
+from animegamer.video.writer import DEFAULT_FPS, h264_writer
 
 FFMPEG_INPUT = ["-f", "mp4", "-protocol_whitelist", "file"]
 """ffmpeg input options: the mp4 demuxer only (never guessed from the content), local files only."""

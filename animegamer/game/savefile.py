@@ -5,7 +5,7 @@ Loading treats the file as hostile: nothing in it is executed (no pickle), every
 size is checked, game.json must match the strict pydantic schema `GameJson` (no unknown fields,
 no coercion, every number bounded), the gauges are recomputed from the states so a file
 cannot claim a game that was never played, and every clip is checked to be an H.264 mp4 of the
-game's frame count and size (`animegamer.mp4check`) before it is unpacked. A refusal is one
+game's frame count and size (`animegamer.video.mp4check`) before it is unpacked. A refusal is one
 short `SaveFileError` message that quotes at most `MAX_SHOWN_CHARS` of any value from the file,
 and leaves nothing behind in the clip folder.
 
@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from animegamer.game import (
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.game.rules import (
     GAUGE_MAX,
     GAUGE_MIN,
     MAX_FIELD_CHARS,
@@ -58,8 +59,7 @@ from animegamer.game import (
     effective_motion_level,
     make_instruction,
 )
-from animegamer.models.representation import REPRESENTATION_TOKENS
-from animegamer.mp4check import ClipFacts, check_mp4
+from animegamer.video.mp4check import ClipFacts, check_mp4
 
 SAVE_FORMAT = "animegamer-save"
 SAVE_VERSION = 1

@@ -7,8 +7,9 @@ coercion: `revision: 1234` is not a string, every value bounded). Every error is
 `RegistryError` that names the file, the entry and the field.
 
 A weight source is either a *release* (the original checkpoint layouts, converted once by
-`animegamer.hub`) or a *converted* repository (the project layout, ready to load). Everywhere a
-Hub repo id is accepted, a local path is too: a value starting with `/`, `./`, `../` or `~` is a
+`animegamer.characters.hub`) or a *converted* repository (the project layout, ready to load).
+Everywhere a Hub repo id is accepted, a local path is too: a value starting with `/`, `./`, `../`
+or `~` is a
 path (relative paths are relative to the registry file), anything else is a Hub repo id.
 """
 
@@ -36,9 +37,9 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from animegamer.game import MAX_FIELD_CHARS, Instruction, make_instruction
+from animegamer.game.rules import MAX_FIELD_CHARS, Instruction, make_instruction
 from animegamer.models.decoder_defaults import DEFAULT_LATENT_SIZE
-from animegamer.settings import DEFAULT_REGISTRY
+from animegamer.paths import DEFAULT_REGISTRY
 
 REGISTRY_FORMAT = 1
 MAX_NAME_CHARS = 64
