@@ -123,3 +123,17 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+DIFFUSERS_MARKERS = (
+    "big_accelerator", "lora", "ip_adapter", "training", "attention", "memory", "cpu_offload",
+    "group_offload", "compile", "single_file", "quantization", "bitsandbytes", "quanto", "torchao",
+    "gguf", "modelopt", "sdnq", "context_parallel", "tensor_parallel", "slow", "cache", "autoround",
+)
+"""Markers of diffusers' own test modules, which tests/test_diffusers_mixins.py imports from a
+diffusers checkout (`DIFFUSERS_TESTS`); registered so that `--strict-markers` accepts them."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in DIFFUSERS_MARKERS:
+        config.addinivalue_line("markers", f"{marker}: a diffusers test marker")

@@ -1,12 +1,11 @@
-"""`AnimeGamerPipeline` against diffusers' own pipeline tests (the mixins CogVideoX's tests use,
-in tests/diffusers_pipeline_mixins.py), and the conventions they check, asserted for this
-pipeline: list inputs batched, `num_videos_per_prompt`, guidance read every step,
-`interrupt`, `attention_kwargs`, `current_timestep` for the cache hooks."""
+"""The conventions diffusers' pipeline tests check (tests/test_diffusers_mixins.py runs those tests
+themselves), asserted for `AnimeGamerPipeline`: list inputs batched, `num_videos_per_prompt`,
+guidance read every step, `interrupt`, `attention_kwargs`, `current_timestep` for the cache
+hooks."""
 
 from __future__ import annotations
 
 import inspect
-import unittest
 
 import pytest
 import torch
@@ -19,12 +18,6 @@ from animegamer.models.decoder import (
     scheduler_config,
 )
 from animegamer.models.tiny_decoder import tiny_transformer_config, tiny_vae
-from tests.diffusers_pipeline_mixins import (
-    FasterCacheTesterMixin,
-    FirstBlockCacheTesterMixin,
-    PipelineTesterMixin,
-    PyramidAttentionBroadcastTesterMixin,
-)
 
 DIM = 64
 LATENT = (4, 6)  # 32×48 frames
@@ -51,62 +44,6 @@ def dummy_components(num_layers: int = 1) -> dict:
 
 def dummy_representation(seed: int = 0) -> torch.Tensor:
     return torch.randn(1, 226, DIM, generator=torch.Generator().manual_seed(seed))
-
-
-class AnimeGamerPipelineFastTests(
-    PipelineTesterMixin,
-    PyramidAttentionBroadcastTesterMixin,
-    FasterCacheTesterMixin,
-    FirstBlockCacheTesterMixin,
-    unittest.TestCase,
-):
-    pipeline_class = AnimeGamerPipeline
-    params = frozenset(["representation", "motion_level", "guidance_scale"])
-    batch_params = frozenset(["representation", "motion_level"])
-    required_optional_params = frozenset([
-        "num_inference_steps", "num_videos_per_prompt", "generator", "latents", "output_type",
-        "return_dict", "callback_on_step_end", "callback_on_step_end_tensor_inputs",
-    ])
-    test_xformers_attention = False
-    test_attention_slicing = False  # it compares frames as images
-    test_layerwise_casting = True
-    test_group_offloading = True
-    # The motion scope (`ofs`) is a per-row input of the [uncond, cond] batch: FasterCache must
-    # split it with the others when it skips the unconditional half.
-    faster_cache_config = FasterCacheConfig(
-        spatial_attention_block_skip_range=2,
-        spatial_attention_timestep_skip_range=(-1, 901),
-        unconditional_batch_skip_range=2,
-        attention_weight_callback=lambda _: 0.5,
-        _unconditional_conditional_input_kwargs_identifiers=[
-            *_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS, "ofs"
-        ],
-    )
-
-    def get_dummy_components(self, num_layers: int = 1) -> dict:
-        return dummy_components(num_layers)
-
-    def get_dummy_inputs(self, device, seed: int = 0) -> dict:
-        return {
-            "representation": dummy_representation(seed),
-            "motion_level": 3,
-            "generator": torch.Generator("cpu").manual_seed(seed),
-            "num_inference_steps": 2,
-            "guidance_scale": 6.0,
-            "output_type": "pt",
-        }
-
-    def test_num_videos_per_prompt(self) -> None:
-        """The mixin's `test_num_images_per_prompt`, for a video pipeline's name."""
-        pipe = self.pipeline_class(**self.get_dummy_components())
-        pipe.set_progress_bar_config(disable=True)
-        for batch_size in (1, 2):
-            for per_prompt in (1, 2):
-                inputs = self.get_dummy_inputs("cpu")
-                for key in self.batch_params:
-                    inputs[key] = batch_size * [inputs[key]]
-                videos = pipe(**inputs, num_videos_per_prompt=per_prompt)[0]
-                assert videos.shape[0] == batch_size * per_prompt
 
 
 # ---- the conventions, asserted for this pipeline ----
