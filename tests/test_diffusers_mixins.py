@@ -4,9 +4,9 @@ use: FirstBlockCache, PyramidAttentionBroadcast, FasterCache) run against `Anime
 diffusers does not ship its tests in its wheel, and this project does not copy them: point
 `DIFFUSERS_TESTS` at the `tests/` folder of a diffusers checkout of the installed version
 (`git clone https://github.com/huggingface/diffusers` at the tag of `diffusers.__version__`) and
-install `parameterized` and `requests_mock`; without them this module is skipped. Measured
-2026-12-06 with diffusers 0.42.1 and its tests at commit 58eb52c080: 29 passed, 11 skipped. Tests that need a GPU skip
-themselves; the attention-slicing test is off (it compares frames as images).
+install `parameterized` and `requests_mock`; without them this module is skipped. Tests that need
+a GPU skip themselves; the attention-slicing test is off (it compares frames as images).
+Measured 2026-12-06 (diffusers 0.42.1, its tests at commit 58eb52c080): 29 passed, 11 skipped.
 """
 
 from __future__ import annotations
