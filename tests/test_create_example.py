@@ -1,14 +1,14 @@
-"""README's worked example ("Make your own character"), command by command: the example video
-set, `create` on it with the CPU recipe, then three turns of the character it made.
+"""README's worked example ("Make your own character"), command by command, read from README:
+the example video set, `create` on it with the CPU recipe, then three turns of the character it
+made, played with its own weights on the CPU without naming an engine.
 
-Two changes to the commands as written: `--register` names a copy of the registry (the test
-must not edit `assets/characters.yaml`), and the play command gets `--engine real`, which is
-what plays a trained character's own weights until the engine is chosen per character (issue
-38, item 4)."""
+One change to the commands as written: `--register` names a copy of the registry (the test must
+not edit `assets/characters.yaml`)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -18,17 +18,14 @@ import pytest
 from animegamer.__main__ import main as play_main
 from animegamer.create.__main__ import main as create_main
 
-WORKED_EXAMPLE = """
-.venv/bin/python -m animegamer.create example --out example
-.venv/bin/python -m animegamer.create --videos example/videos --character Kiki \\
-    --reference-image example/reference.png --annotations example/answers.jsonl \\
-    --out runs/kiki --register
-.venv/bin/python -m animegamer play --character Kiki --out runs/kiki/play \\
-    "Character: Kiki; Motion: slowly walk; Background: day town." \\
-    "Character: Kiki; Motion: gently jump; Background: day town." \\
-    "Character: Kiki; Motion: gently wave hand; Background: day town."
-"""
-"""The commands of README's worked example, as written there."""
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def worked_example() -> str:
+    """README's bash block that makes the example footage, without its comment lines."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    block = next(b for b in blocks if "animegamer.create example" in b)
+    return "\n".join(line for line in block.splitlines() if not line.startswith("#"))
 
 
 def commands(text: str) -> list[list[str]]:
@@ -47,7 +44,7 @@ def workspace(tmp_path, monkeypatch) -> Path:
 
 
 def test_the_worked_example_makes_a_character_that_plays(workspace, capsys):
-    example, make, play = commands(WORKED_EXAMPLE)
+    example, make, play = commands(worked_example())
     assert example[:3] == make[:3] == [".venv/bin/python", "-m", "animegamer.create"]
     assert create_main(example[3:]) == 0
     assert make[-1] == "--register"
@@ -64,7 +61,8 @@ def test_the_worked_example_makes_a_character_that_plays(workspace, capsys):
     assert "repo: ./runs/kiki/run/character" in registry
 
     assert play[:4] == [".venv/bin/python", "-m", "animegamer", "play"]
-    assert play_main([*play[3:], "--engine", "real", "--steps", "2"]) == 0
+    assert play_main([*play[3:], "--steps", "2"]) == 0
     played = capsys.readouterr().out
+    assert played.count("Kiki: ") == 1 and "(trained, CPU)" in played
     assert played.count("\nturn ") + played.startswith("turn ") == 3
     assert len(list(Path("runs/kiki/play").rglob("*.mp4"))) == 3

@@ -524,8 +524,9 @@ def test_reference_manifest_states_are_zero(reference_dir) -> None:
 
 
 def _greedy_with_the_training_mask(model, prompt, history, steps: int) -> list[int]:
-    """Greedy decoding that reruns the whole sequence each step under `attention_mask_4d` (the
-    query block bidirectional, everything else causal): what one-pass decoding must equal."""
+    """Greedy decoding within the state grammar that reruns the whole sequence each step under
+    `attention_mask_4d` (the query block bidirectional, everything else causal): what one-pass
+    decoding of a model trained here must equal."""
     ids, generated, rule = prompt.input_ids, [], FrameTokenRule()
     for _ in range(steps):
         with torch.no_grad():
@@ -535,7 +536,12 @@ def _greedy_with_the_training_mask(model, prompt, history, steps: int) -> list[i
                 inputs_embeds=embeds, attention_mask=attention_mask_4d(extended)
             ).last_hidden_state
             logits = model.language_model.lm_head(hidden[:, -1])
-        next_id = rule(ids, logits.float()).argmax(-1, keepdim=True)
+        scores = rule(ids, logits.float())
+        # the state grammar, written out: the fixed tag where it names one, else a strength
+        expected = tokens.STATE_GRAMMAR[len(generated)]
+        allowed = ([expected] if expected is not None
+                   else list(range(tokens.strength_id(-5), tokens.strength_id(5) + 1)))
+        next_id = torch.tensor([[max(allowed, key=lambda i: float(scores[0, i]))]])
         generated.append(int(next_id))
         if generated[-1] == tokens.EOS_ID:
             break

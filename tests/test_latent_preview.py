@@ -41,7 +41,7 @@ def test_the_map_predicts_the_colours_the_vae_decodes():
     """On Nano's trained VAE, held-out images: the map's colour of each latent pixel is close
     to the decoded pixels' mean there, far closer than each image's mean colour is."""
     vae = AutoencoderKLCogVideoX.from_pretrained(DEFAULT_NANO_DIR / "vae").eval()
-    preview = LatentPreview.load(DEFAULT_NANO_DIR / PREVIEW_FILE)
+    preview = LatentPreview.load(DEFAULT_NANO_DIR / "qiqi" / PREVIEW_FILE)
     images = _smooth_images(seed=99, size=32)
     with torch.no_grad():
         latent = vae.encode((2 * images - 1)[:, :, None]).latent_dist.mean

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from animegamer.characters.conversion.character import (
     SHARED_VAE_KEY,
@@ -97,12 +98,13 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(p
     blurred across frames), 4×4 latent patches, frame-correlated noise and the spatial
     reference."""
     from animegamer.nano.vocabulary import world_words
-    from animegamer.train.recipe import GameStateRecipe, load_recipe
+    from animegamer.train.recipe import TinyGameStateInit, load_recipe
 
+    assert yaml.safe_load(path.read_text())["game_state"]["init"]["tiny"]["words"] == "nano-world"
     recipe = load_recipe(path)
-    assert recipe.game_state["init"]["tiny"]["words"] == "nano-world"
-    game_state = GameStateRecipe.model_validate(recipe.game_state)
-    assert game_state.init.tiny.words == world_words()
+    assert recipe.game_state is not None
+    assert isinstance(recipe.game_state.init, TinyGameStateInit)
+    assert recipe.game_state.init.tiny.words == world_words()
     assert {"Qiqi", "Sosuke", "broomstick", "harbour"} <= set(world_words())
     assert len(recipe.vae.block_out_channels) == 3
     assert recipe.vae.train_crop == (32, 48) and recipe.vae.motion_weight > 0
