@@ -187,16 +187,42 @@ def test_gpu_dtypes_play_with_history(tmp_path):
     assert iio.imread(session.turns[-1].clip_path).shape[0] == 17
 
 
-def test_low_vram_offloads_both_models_with_accelerate_hooks(engine, tmp_path):
+def test_low_vram_offloads_the_decoder_with_hooks_and_moves_the_game_state_model_per_turn(
+    engine, tmp_path, monkeypatch
+):
+    """Low-VRAM mode: the decoder's components are offloaded by accelerate hooks; the game-state
+    model sits in CPU memory between turns and `predict` moves it to the placement's device for
+    its passes, then back, and the turn is the one the resident models play."""
     placement = Placement(device="cpu", game_state_dtype=torch.float32,
                           decoder_dtype=torch.float32, offload=True)
     models = load_character_models(build_preview_directory(tmp_path / "models"), placement)
-    assert all(hasattr(getattr(models.decoder, name), "_hf_hook")
+    assert all(isinstance(getattr(models.decoder, name)._hf_hook, accelerate.hooks.CpuOffload)
                for name in ("transformer", "vae"))
-    assert isinstance(models.game_state._hf_hook, accelerate.hooks.CpuOffload)
+    game_state = models.game_state
+    assert game_state._offload_device == torch.device(placement.device)
+    assert {parameter.device.type for parameter in game_state.parameters()} == {"cpu"}
+
+    events: list[str] = []
+    to = game_state.to
+
+    def moved(device, *args, **kwargs):
+        events.append(f"to {torch.device(device).type}")
+        return to(device, *args, **kwargs)
+
+    def forward(module, args, kwargs):
+        events.append(f"forward on {next(module.parameters()).device.type}")
+
+    monkeypatch.setattr(game_state, "to", moved)
+    hook = game_state.language_model.model.register_forward_pre_hook(forward, with_kwargs=True)
     offloading = TurnEngine(lambda character, p: models, kind=EngineKind.REAL, placement=placement,
                             num_inference_steps=2, guidance_scale=6.0, clips=ClipStore(tmp_path))
-    offloaded = offloading.play(new_session("Qiqi"), _instruction(), seed=9)
+    try:
+        offloaded = offloading.play(new_session("Qiqi"), _instruction(), seed=9)
+    finally:
+        hook.remove()
+    assert events[0] == f"to {placement.device}" and events[-1] == "to cpu"
+    assert set(events[1:-1]) == {f"forward on {placement.device}"}, events
+    assert {parameter.device.type for parameter in game_state.parameters()} == {"cpu"}
     resident = engine.play(new_session("Qiqi"), _instruction(), seed=9)
     assert (iio.imread(offloaded.turns[0].clip_path)
             == iio.imread(resident.turns[0].clip_path)).all()

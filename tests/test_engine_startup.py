@@ -19,6 +19,7 @@ from animegamer.serving.engine import (
     EngineError,
     create_engine,
 )
+from animegamer.serving.quantization import NO_QUANTIZATION, Quantization
 from animegamer.serving.settings import Settings
 
 CHARACTERS = ("Qiqi", "Sosuke", "Totoro")
@@ -51,7 +52,10 @@ class Startup:
             weights.truncate(CPU_WEIGHTS_LIMIT_BYTES + 1)
         return folder
 
-    def load(self, directory: Path, placement: Placement) -> CharacterModels:
+    def load(self, directory: Path, placement: Placement,
+             quantization: Quantization = NO_QUANTIZATION,
+             live_preview: bool = True) -> CharacterModels:
+        """`load_character_models`' signature; the models are stand-ins named after the folder."""
         self.loaded.append(directory.name)
         game_state = SimpleNamespace(name=directory.name, representation_dim=1920)
         return CharacterModels(game_state=game_state, decoder=None)  # type: ignore[arg-type]
@@ -191,7 +195,7 @@ def test_a_small_local_folder_plays_its_own_weights_on_the_cpu(monkeypatch, tmp_
     startup = Startup(monkeypatch, GPU, root=tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     nano = _nano_folder(tmp_path / "nano")
-    tux = _nano_folder(tmp_path / "runs" / "tux" / "character")
+    tux = engine_module.build_preview_directory(tmp_path / "runs" / "tux" / "character")
     write_manifest(tux, "Tux", {"dataset": {"path": "tux"}})
     folders = {"Tux": tux, "Gone": tmp_path / "gone"}
 
@@ -210,7 +214,8 @@ def test_a_small_local_folder_plays_its_own_weights_on_the_cpu(monkeypatch, tmp_
     ]
     assert engine.default_character == "Tux" and engine.kind == "real"
     assert engine.models_for("Tux") is not engine.models_for("Qiqi")
-    assert sorted(startup.loaded) == ["character", "nano"]
+    # Tux's own folder, and the Nano world's character folders (all loaded at start-up)
+    assert sorted(startup.loaded) == ["character", "qiqi", "sosuke"]
 
 
 def test_an_incomplete_nano_folder_falls_back_to_preview_and_nano_alone_refuses(

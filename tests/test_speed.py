@@ -261,7 +261,7 @@ def test_real_engine_applies_the_preset(tmp_path, monkeypatch):
     engine = create_engine(settings, lambda name: directory, ["Qiqi"])
     models = engine.models_for("Qiqi")
     assert engine.kind == "real" and engine.num_inference_steps == FAST_STEPS
-    assert engine.shared_prefill
+    assert engine.engine_for("Qiqi").shared_prefill  # the TurnEngine playing the character
     assert models.decoder.transformer.is_cache_enabled
 
 
