@@ -47,7 +47,7 @@ def test_every_endpoint_refuses_a_bad_argument_with_a_title_and_a_message(served
     not_a_zip.write_bytes(b"not a zip")
     calls = {
         "/play": (*QIQI_VALUES, "", "minus one"),
-        "/parse": ("fly to the moon",),
+        "/parse": ("Motion: run; Mood: happy",),
         "/undo": (),
         "/previous_game": (),
         "/character": ("Nobody",),
@@ -65,4 +65,7 @@ def test_every_endpoint_refuses_a_bad_argument_with_a_title_and_a_message(served
                            api_name="/load")
     assert not_uploaded.title == "Cannot load this saved game"
     assert "was not uploaded" in not_uploaded.message
+    not_text = refusal(client, 42, api_name="/parse")
+    assert not_text.title == "Invalid instruction"
+    assert not_text.message.startswith("Invalid instruction: Type what your character should do")
     assert client.predict(api_name="/restart")[0]["turns"] == 0

@@ -24,6 +24,7 @@ import torch
 from conftest import QIQI_FIELDS
 
 from animegamer.characters.registry import load_registry
+from animegamer.command.parser import ClosedVocabulary
 from animegamer.game.rules import (
     INSTRUCTION_FIELDS,
     MAX_GAME_TURNS,
@@ -456,7 +457,7 @@ class FailingEngine:
     kind = EngineKind.REAL
     notice = ""
     num_inference_steps = 50
-    vocabulary = None
+    live_preview = False
 
     def __init__(self, error: BaseException, output_dir: Path) -> None:
         self.error = error
@@ -465,7 +466,13 @@ class FailingEngine:
     def casting(self, character: str) -> Casting:
         return Casting(character, EngineKind.REAL, "models", "converted", "GPU")
 
-    def play(self, session, instruction, seed=None, progress=None, num_inference_steps=None):
+    def vocabulary_for(self, character: str) -> ClosedVocabulary | None:
+        return None
+
+    def play(
+        self, session, instruction, seed=None, progress=None, num_inference_steps=None,
+        on_preview=None,
+    ):
         if progress is not None:
             progress(0.0, "Predicting the next game state")
         raise self.error

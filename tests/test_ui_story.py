@@ -38,6 +38,9 @@ QIQI = make_instruction({**QIQI_FIELDS, "time": "day/night"})
 class Engine:
     vocabulary: ClosedVocabulary | None
 
+    def vocabulary_for(self, character: str) -> ClosedVocabulary | None:
+        return self.vocabulary
+
 
 @pytest.fixture(scope="module")
 def registry():

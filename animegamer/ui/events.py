@@ -10,6 +10,7 @@ back and the command back on the line. None of these events is an API endpoint: 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import html
 import queue
@@ -140,7 +141,9 @@ def run_with_previews(
 ) -> Iterator[str | Update]:
     """Run `turn` in a worker thread, yielding the preview HTML of the newest preview it has
     reported whenever this generator gets to look, then its `Update`. Without `live` the turn
-    runs here and only its update comes."""
+    runs here and only its update comes. The worker runs in a copy of this thread's context,
+    where `gr.Progress` finds its event (Gradio keeps it in context variables): without it the
+    turn's progress reports would reach no one."""
     if not live:
         yield turn(None)
         return
@@ -155,7 +158,8 @@ def run_with_previews(
         finally:
             reports.put(_DONE)
 
-    threading.Thread(target=work, name="turn", daemon=True).start()
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(work,), name="turn", daemon=True).start()
     while (latest := reports.get()) is not _DONE:
         while not reports.empty():  # only the newest preview is worth showing
             newer = reports.get_nowait()

@@ -56,7 +56,7 @@ CSS = f"""
 .ag-chip-row button.gallery-item div {{ white-space: nowrap !important; width: auto !important; }}
 .ag-chip-row .gallery {{ flex-wrap: wrap !important; }}
 .ag-story-title {{ margin: 0; font-size: 1.1rem; }}
-.ag-status {{ min-height: 52px; }}
+.ag-status {{ height: 52px; overflow-y: auto; }}  /* a long message scrolls, moves nothing */
 #ag-chat .icon-button-wrapper.top-panel {{ position: static; margin: 4px 4px 0 auto;
   width: fit-content; }}
 #ag-character input {{ padding-right: 32px; text-overflow: ellipsis; }}
