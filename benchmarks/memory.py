@@ -7,9 +7,9 @@ weights (no download, nothing committed).
 It writes random weights in the release's own layouts into a temporary folder (`--workdir`):
 the base `Mistral-7B-Instruct-v0.1` folder (config, safetensors shards with their index, the
 tokenizer files of the project's tokenizer builder), the release's MLLM checkpoint
-(`pytorch_model.bin` of the wrapper: LoRA, trained norms and embeddings, resamplers; the frozen
-base weights are left to the base folder, which docs/design.md §2 allows), the decoder's
-SAT/DeepSpeed folder (`latest` → `10000/mp_rank_00_model_states.pt`, the network under `module` with prefix
+(`pytorch_model.bin` of the wrapper: LoRA, trained norms and embeddings, resamplers; the frozen base
+weights are left to the base folder, which docs/design.md §2 allows), the decoder's SAT/DeepSpeed
+folder (`latest` → `10000/mp_rank_00_model_states.pt`, the network under `module` with prefix
 `model.diffusion_model.`) and the CogVideoX-2b VAE in diffusers' format; each file or shard is
 generated and written on its own, so writing needs about one shard of memory. Then every stage
 runs in its own process and prints one JSON line, `stage`, `seconds`, `peak_rss_gb` (the
