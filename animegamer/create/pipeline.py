@@ -4,8 +4,8 @@ training phases and the assembly, then the registry entry.
 Everything the user gave is checked before anything is written (`prepare`): the recipe, the
 videos folder, the reference image, every line of the answers file, the registry and, for a
 recipe with the real towers, that they are at hand. Each stage is resumable (the build records
-what it did in the dataset's `work` folder under `OUT/dataset`, training checkpoints in `OUT/run/checkpoints/`), so a rerun
-of the same command continues where a stop left it.
+what it did in the dataset's `work` folder under `OUT/dataset`, training checkpoints in
+`OUT/run/checkpoints/`), so a rerun of the same command continues where a stop left it.
 """
 
 from __future__ import annotations
