@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
 import subprocess
 from collections.abc import Callable
@@ -160,23 +162,37 @@ def test_concat_checks_every_clip_before_ffmpeg_runs(tmp_path, good, monkeypatch
 
 
 def test_same_size_clips_are_joined_by_stream_copy_from_local_files_only(tmp_path, monkeypatch):
-    """One ffmpeg run, the concat list read as such from local files only, streams copied (no
-    frame through Python); the result is one of our clips with every frame."""
+    """One ffmpeg run at the lowest CPU priority (other players' turns keep the cores), the
+    concat list read as such from local files only, streams copied (no frame through Python);
+    the result is one of our clips with every frame."""
     clips = [_write(tmp_path / f"{i}'s.mp4", 3 + i, 16, 16) for i in range(3)]
     commands: list[list[str]] = []
-    real_run = subprocess.run
+    niceness: list[int] = []
+    real_popen = subprocess.Popen
 
     def spy(cmd, *args, **kwargs):
         commands.append(list(cmd))
-        return real_run(cmd, *args, **kwargs)
+        process = real_popen(cmd, *args, **kwargs)
+        # Read while ffmpeg still runs: stop it until then, so it cannot end first.
+        os.kill(process.pid, signal.SIGSTOP)
+        original_communicate = process.communicate
+
+        def communicate(*c_args, **c_kwargs):
+            niceness.append(os.getpriority(os.PRIO_PROCESS, process.pid))
+            os.kill(process.pid, signal.SIGCONT)
+            return original_communicate(*c_args, **c_kwargs)
+
+        process.communicate = communicate
+        return process
 
     def no_frames(*args, **kwargs):
         raise AssertionError("frames were decoded")
 
-    monkeypatch.setattr(subprocess, "run", spy)
+    monkeypatch.setattr(subprocess, "Popen", spy)
     monkeypatch.setattr(imageio_ffmpeg, "read_frames", no_frames)
     out = concat_mp4(clips, tmp_path / "out.mp4")
     (command,) = commands
+    assert niceness == [19]
     at = command.index("-i")
     assert command[at - len(playthrough.CONCAT_INPUT) : at] == playthrough.CONCAT_INPUT
     assert command[command.index("-c") + 1] == "copy"

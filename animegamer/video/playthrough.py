@@ -1,10 +1,11 @@
 """A whole playthrough as one video: the turns' clips concatenated, in order.
 
 Clips of one size (every game played by one set of models) are joined without re-encoding:
-ffmpeg's concat demuxer copies their H.264 streams into one mp4, in a subprocess, so a
-1000-turn game takes seconds and the server's Python threads (other players' turns) never wait
-on it. Clips of another size (a saved game made with other models, then continued) are decoded
-and re-encoded at the size of the first clip, frames streamed one at a time.
+ffmpeg's concat demuxer copies their H.264 streams into one mp4, in a subprocess at the lowest
+CPU priority, so a 1000-turn game takes seconds and other players' turns neither wait on it nor
+share their cores with it. Clips of another size (a saved game made with other models, then
+continued) are decoded and re-encoded at the size of the first clip, frames streamed one at a
+time.
 
 Each clip is checked by `animegamer.video.mp4check` before ffmpeg opens it, and ffmpeg is told to
 read it as mp4 from a local file only (`FFMPEG_INPUT`), so a clip that is really a playlist or a
@@ -13,6 +14,8 @@ manifest can never make it read another file or a URL.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -28,6 +31,10 @@ FFMPEG_INPUT = ["-f", "mp4", "-protocol_whitelist", "file"]
 CONCAT_INPUT = ["-f", "concat", "-safe", "0", "-protocol_whitelist", "file"]
 """ffmpeg input options of the list of clips: absolute paths of local files only (each clip is
 checked by `check_mp4` first)."""
+
+
+LOWEST_PRIORITY = 19
+"""The niceness of the ffmpeg that joins a playthrough."""
 
 
 class PlaythroughError(ValueError):
@@ -69,9 +76,22 @@ def _copy_streams(clips: list[Path], partial: Path) -> None:
             *CONCAT_INPUT, "-i", listing.name,
             "-map", "0:v:0", "-c", "copy", "-movflags", "+faststart", "-f", "mp4", str(partial),
         ]
-        run = subprocess.run(command, capture_output=True, text=True, check=False)
-    if run.returncode != 0:
-        raise RuntimeError(run.stderr.strip() or f"ffmpeg exited with {run.returncode}")
+        with subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        ) as process:
+            _lowest_priority(process.pid)
+            _, errors = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(errors.strip() or f"ffmpeg exited with {process.returncode}")
+
+
+def _lowest_priority(pid: int) -> None:
+    """Give a download's ffmpeg the CPU only when players' turns leave it idle, so that a long
+    playthrough being built does not slow anyone's turn (POSIX; a no-op elsewhere, or if the
+    process has already ended)."""
+    if hasattr(os, "setpriority"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, LOWEST_PRIORITY)
 
 
 def _reencode(clips: list[Path], partial: Path) -> None:
