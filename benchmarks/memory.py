@@ -304,7 +304,7 @@ def stage_load(scale: Scale, layout: Layout, preset: str) -> dict:
 
     chosen = get_preset(preset)
     models = load_character_models(layout.character, _placement(preset), chosen.quantization)
-    apply_preset(chosen, models.game_state, models.decoder)
+    apply_preset(chosen, models.decoder)
     return {"preset": preset, "quantization": chosen.quantization.packages()}
 
 
@@ -363,7 +363,7 @@ def stage_turn(scale: Scale, layout: Layout, preset: str, steps: int = 50) -> di
 
     chosen = get_preset(preset)
     models = load_character_models(layout.character, _placement(preset), chosen.quantization)
-    apply_preset(chosen, models.game_state, models.decoder)
+    apply_preset(chosen, models.decoder)
     started = time.perf_counter()
     representation, states = models.game_state.predict(
         [], "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky.")
