@@ -13,8 +13,9 @@ folder (`latest` → `10000/mp_rank_00_model_states.pt`, the network under `modu
 `model.diffusion_model.`) and the CogVideoX-2b VAE in diffusers' format; each file or shard is
 generated and written on its own, so writing needs about one shard of memory. Then every stage
 runs in its own process and prints one JSON line, `stage`, `seconds`, `peak_rss_gb` (the
-process's peak resident set in 10⁹ bytes, file pages it mapped included) and `peak_vram_gb` on
-CUDA:
+process's peak resident set in 10⁹ bytes, file pages it mapped included), `peak_anon_gb` (the
+peak of its anonymous memory, sampled: what must fit in RAM, the mapped weight files' pages left
+out, since the kernel can drop and read them again) and `peak_vram_gb` on CUDA:
 
 * `convert`: release → project layout (`convert_release`, as the app's first start does);
   the release's files are deleted afterwards (the converted folder is all the rest needs);
@@ -23,8 +24,10 @@ CUDA:
   with the GPU's dtypes (bf16 language model, fp16 decoder), kept in CPU memory, which is what
   the offloading presets hold in RAM;
 * `predict`: one game-state prediction (bf16 on a CPU) on a window with one past turn: the
-  representation [1, 226, 1920] and the state ids (random weights give random ids, so they do
-  not parse into states: `states_parse` says so);
+  representation [1, 226, 1920] and the state ids. Random weights give random ids on the
+  release's path, which do not parse into states (`states_parse` says so); the one-pass path of
+  models trained here decodes within the state grammar, so its ids parse
+  (`grammar_states_parse`);
 * `decoder-step`: one transformer forward at full size; on a CPU on a small latent (the CFG
   batch of 2, 2 latent frames of 8 × 8), on CUDA on the release's latent (5 × 60 × 90);
 * `turn` (CUDA only): a whole turn per preset (prediction, `--steps` denoising steps, decode).
@@ -42,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -323,13 +327,20 @@ def stage_predict(scale: Scale, layout: Layout, preset: str) -> dict:
     started = time.perf_counter()
     with torch.no_grad():
         representation, ids = model.represent_and_predict_states(prompt.input_ids, history)
+    predict_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    with torch.no_grad():  # the one-pass path of models trained here, decoding in the grammar
+        _, grammar_ids = model.represent_and_generate(prompt.input_ids, history)
     return {
         "prompt_tokens": int(prompt.input_ids.shape[-1]),
-        "predict_seconds": round(time.perf_counter() - started, 1),
+        "predict_seconds": round(predict_seconds, 1),
         "representation_shape": list(representation.shape),
         "representation_finite": bool(torch.isfinite(representation).all()),
         "state_ids": ids,
         "states_parse": parse_state_ids(ids) is not None,
+        "grammar_seconds": round(time.perf_counter() - started, 1),
+        "grammar_state_ids": grammar_ids,
+        "grammar_states_parse": parse_state_ids(grammar_ids) is not None,
     }
 
 
@@ -394,13 +405,50 @@ def run_stage(name: str, scale: Scale, layout: Layout, preset: str) -> dict:
         return {"stage": name, "preset": preset, "skipped": "needs CUDA (pending a GPU)"}
     baseline = _peak_rss_gb()
     started = time.perf_counter()
-    record = {"stage": name, **STAGES[name](scale, layout, preset)}
+    with AnonymousPeak() as anonymous:
+        record = {"stage": name, **STAGES[name](scale, layout, preset)}
     record["seconds"] = round(time.perf_counter() - started, 1)
     record["peak_rss_gb"] = _peak_rss_gb()
+    if anonymous.peak_gb is not None:
+        record["peak_anon_gb"] = anonymous.peak_gb
     record["rss_after_imports_gb"] = baseline
     if torch.cuda.is_available():
         record["peak_vram_gb"] = round(torch.cuda.max_memory_allocated() / GB, 2)
     return record
+
+
+class AnonymousPeak:
+    """The peak of this process's anonymous resident memory (`RssAnon`, Linux), sampled every
+    `interval` seconds in a thread. Unlike the peak RSS, it leaves out the pages of memory-mapped
+    weight files, which the kernel can drop and read again: it is what must fit in RAM.
+    `peak_gb` is None where /proc is not there."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval = interval
+        self.peak_gb: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> AnonymousPeak:
+        if Path("/proc/self/status").is_file():
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _sample(self) -> None:
+        peak = 0
+        status = Path("/proc/self/status")
+        while True:
+            for line in status.read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+            self.peak_gb = round(peak / GB, 2)
+            if self._stop.wait(self.interval):
+                return
 
 
 def _peak_rss_gb() -> float:
