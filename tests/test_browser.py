@@ -4,8 +4,13 @@ holds, the notices, the clip forming during a turn, and hostile text that never 
 
 Needs Debian's `chromium` (`apt-get install chromium`) and the `playwright` Python package; it
 skips with the reason when either is missing (Playwright's own browser download is never used).
-One app server serves the whole module. Set `ANIMEGAMER_SCREENSHOT_DIR` to keep the screenshots
-(the README's come from here: desktop.png, phone.png, preview.png).
+One app server serves the whole module, on the preview engine (tiny random models) unless
+`ANIMEGAMER_BROWSER_ENGINE=nano` picks the Nano world. Set `ANIMEGAMER_SCREENSHOT_DIR` to keep the
+screenshots; the README's (desktop.png, phone.png, preview.png) show Nano, what a visitor without a
+GPU plays:
+
+    ANIMEGAMER_BROWSER_ENGINE=nano ANIMEGAMER_SCREENSHOT_DIR=assets/screenshots \
+        .venv/bin/python -m pytest tests/test_browser.py -k "layout or forming"
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import pytest
 from conftest import free_port
 
 from animegamer.characters.registry import load_registry
+from animegamer.serving.engine import create_nano_engine
 from animegamer.serving.settings import Settings
 from animegamer.ui.callbacks import shows_live_preview, turn_errors
 from animegamer.ui.events import INVALID
@@ -132,8 +138,21 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def game_url(preview_engine) -> Iterator[str]:
-    """The app on the preview engine, its turns slowed down enough to watch them form."""
+def browser_engine(preview_engine, tmp_path_factory):
+    """The preview engine, or the Nano world's with `ANIMEGAMER_BROWSER_ENGINE=nano`."""
+    chosen = os.environ.get("ANIMEGAMER_BROWSER_ENGINE", "preview")
+    if chosen == "preview":
+        return preview_engine
+    if chosen != "nano":
+        raise ValueError(f"ANIMEGAMER_BROWSER_ENGINE must be preview or nano, not {chosen!r}")
+    output = tmp_path_factory.mktemp("nano-clips")
+    return create_nano_engine(Settings(engine="nano", output_dir=output))
+
+
+@pytest.fixture(scope="module")
+def game_url(browser_engine) -> Iterator[str]:
+    """The app on the module's engine, its turns slowed down enough to watch them form."""
+    engine = browser_engine
 
     def slow_turn(session, instruction, seed, progress=None, on_preview=None):
         def report(fraction, desc=None):
@@ -146,15 +165,15 @@ def game_url(preview_engine) -> Iterator[str]:
             on_preview(clip_preview)
 
         previews = {} if on_preview is None else {"on_preview": preview}
-        with turn_errors(preview_engine.clips.root):
-            return preview_engine.play(
+        with turn_errors(engine.clips.root):
+            return engine.play(
                 session, instruction, seed=seed, progress=report,
                 num_inference_steps=TURN_STEPS, **previews,
             )
 
     registry = load_registry()
-    settings = Settings(engine="preview", output_dir=preview_engine.clips.root)
-    demo = build_app(preview_engine, registry, settings, run_turn=slow_turn)
+    settings = Settings(engine=engine.kind, output_dir=engine.clips.root)
+    demo = build_app(engine, registry, settings, run_turn=slow_turn)
     _, url, _ = demo.launch(
         server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True,
         **launch_options(registry, settings),
@@ -348,8 +367,8 @@ def test_one_notice_per_switch_with_the_kept_games_count(browser, game_url, view
     page.close()
 
 
-def test_the_stage_shows_the_clip_forming(browser, game_url, preview_engine, tmp_path):
-    if not shows_live_preview(preview_engine):
+def test_the_stage_shows_the_clip_forming(browser, game_url, browser_engine, tmp_path):
+    if not shows_live_preview(browser_engine):
         pytest.skip("this engine reports no live preview (engine.live_preview and on_preview)")
     page, _ = open_game(browser, game_url, DESKTOP, "light")
     page.evaluate(WATCH_PREVIEW_JS)
