@@ -47,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def describe(turn: Turn) -> str:
+def describe(turn: Turn, *, with_note: bool = True) -> str:
+    """A played turn in four lines, and the turn's note when `with_note` (off where the
+    engine's notice already explains it)."""
     s, g = turn.states, turn.gauges
-    note = turn_note(turn)
+    note = turn_note(turn) if with_note else ""
     return (
         f"turn {turn.index}: {turn.instruction.text}\n"
         f"  states ML={s.ml} SC={s.sc:+d} ET={s.et:+d} ST={s.st:+d} (motion scope "
@@ -99,7 +101,7 @@ def play(args: argparse.Namespace) -> int:
     for offset, instruction in enumerate(instructions):
         seed = None if args.seed is None else args.seed + offset
         session = engine.play(session, instruction, seed=seed)
-        print(describe(session.turns[-1]), flush=True)
+        print(describe(session.turns[-1], with_note=not casting.states_are_noise), flush=True)
     if args.save:
         print(f"saved game: {save_game(session, args.save)}")
     return 0

@@ -100,3 +100,4 @@ def test_a_turn_whose_states_could_not_be_read_says_so():
     assert describe(turn).endswith("note: The game-state model's state tokens could not be "
                                    "read: this turn's states count as zero.")
     assert "note:" not in describe(dataclasses.replace(turn, states=GameStates()))
+    assert "note:" not in describe(turn, with_note=False)  # the preview engine's notice says it

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import errno
+import html
 import json
 import os
 import shutil
@@ -126,6 +127,9 @@ def test_play_returns_a_new_player_and_leaves_the_old_one(two_turns):
     assert list(screen.history["Turn"]) == [1, 2]
     assert "Turn 2 played (seed 12)." in screen.status
     assert "Last turn took" in screen.status
+    # The untrained preview model's states are never readable; its banner says so, once.
+    assert second.player.session.turns[-1].states.unreadable
+    assert "could not be read" not in screen.status
 
 
 def test_play_from_text_fills_the_fields(two_turns):
@@ -508,6 +512,27 @@ def test_failure_outside_the_gpu_function_is_reported(registry, tmp_path):
     ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry, run_turn=broken_runner)
     with pytest.raises(gr.Error, match="ConnectionError"):
         ui.play(None, QIQI, "", "1")
+
+
+class UnreadableStatesEngine(FailingEngine):
+    """A real engine whose game-state model wrote state tokens that could not be read."""
+
+    def play(
+        self, session, instruction, seed=None, progress=None, num_inference_steps=None,
+        on_preview=None,
+    ):
+        return record_turn(
+            session, instruction=instruction, states=GameStates(unreadable=True),
+            motion_scope_value=1.0, representation=torch.zeros(226, 4), seed=seed or 0,
+            clip_path=str(self.clips.root / "missing.mp4"), timings=Timings(),
+        )
+
+
+def test_a_real_engine_turn_with_unreadable_states_says_so(registry, tmp_path):
+    ui = GameUI(UnreadableStatesEngine(RuntimeError(), tmp_path), registry)
+    screen = ui.play(None, QIQI, "", "3").screen
+    assert ("Turn 1 played (seed 3). The game-state model's state tokens could not be read: "
+            "this turn's states count as zero.") in html.unescape(screen.status)
 
 
 def test_views_skip_clips_that_are_gone(registry, tmp_path):

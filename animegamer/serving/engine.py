@@ -116,6 +116,12 @@ class Casting:
     def on_cpu(self) -> bool:
         return self.device == "CPU"
 
+    @property
+    def states_are_noise(self) -> bool:
+        """The preview engine's untrained model never writes readable state tokens; its notice
+        says so once, so a turn's message need not repeat it every turn."""
+        return self.kind is EngineKind.PREVIEW
+
     def describe(self) -> str:
         """One line for people: `Tux: runs/tux/character (trained, CPU)`."""
         if self.unavailable:

@@ -637,8 +637,9 @@ class GameUI:
         release_free_memory()
         player = dataclasses.replace(player, session=session, last_elapsed_s=elapsed)
         turn = session.turns[-1]
+        noise = self.engine.casting(session.character).states_are_noise
         message = " ".join(filter(None, [f"Turn {turn.index} played (seed {turn.seed}).",
-                                         turn_note(turn)]))
+                                         "" if noise else turn_note(turn)]))
         return Update(player, self.screen(player, message), instruction)
 
     def undo(self, player: Player | None) -> Update:
