@@ -182,7 +182,7 @@ def test_no_gpu_plays_the_nano_world_when_its_weights_are_here(monkeypatch, tmp_
     assert engine.kind == "nano" and engine.num_inference_steps == Settings().nano_steps
     assert engine.notice.startswith("No GPU was found. Playing AnimeGamer-Nano")
     assert engine.casting("Sosuke").describe() == (
-        f"Sosuke: {nano} (Nano world, CPU; its weights need a GPU)"
+        f"Sosuke: {nano}/sosuke (Nano world, CPU; its weights need a GPU)"
     )
     assert startup.resolved == [] and startup.loaded == ["qiqi", "sosuke"]
     # one set of models per character of the world, as the release
@@ -210,7 +210,7 @@ def test_a_small_local_folder_plays_its_own_weights_on_the_cpu(monkeypatch, tmp_
     assert engine.casting_lines() == [
         f"Gone: unavailable (the local folder {tmp_path}/gone does not exist)",
         "Tux: runs/tux/character (trained, CPU)",
-        "Qiqi: nano (Nano world, CPU; its weights need a GPU)",
+        "Qiqi: nano/qiqi (Nano world, CPU; its weights need a GPU)",
     ]
     assert engine.default_character == "Tux" and engine.kind == "real"
     assert engine.models_for("Tux") is not engine.models_for("Qiqi")

@@ -167,6 +167,9 @@ class TurnEngine:
         self.notice = notice
         self.weights = weights
         self.origin = origin
+        self.character_weights: dict[str, str] = {}
+        """The folder `casting` names for a character whose models have their own (each of
+        the Nano world's characters); `weights` for the others."""
         self.load_on_demand = load_on_demand
         self.shared_prefill = shared_prefill
         """The speed preset's switch: the game-state model computes the history prefix once
@@ -187,8 +190,8 @@ class TurnEngine:
     def casting(self, character: str) -> Casting:
         """What plays `character` here: this engine's models, for every character."""
         device = "CPU" if self.placement.device == "cpu" else "GPU"
-        return Casting(character, self.kind, self.weights or self.kind.value,
-                       self.origin or self.kind.value, device)
+        weights = self.character_weights.get(character) or self.weights or self.kind.value
+        return Casting(character, self.kind, weights, self.origin or self.kind.value, device)
 
     def load(self, character: str) -> CharacterModels:
         """Load a character's models now (start-up), evicting the least recently used ones
@@ -457,6 +460,7 @@ def create_nano_engine(
     for character in folders:
         engine.load(character)
     engine.weights, engine.origin = shown_path(settings.nano_dir), "Nano world"
+    engine.character_weights = {name: shown_path(folder) for name, folder in folders.items()}
     return engine
 
 
