@@ -18,20 +18,19 @@ import torch
 from transformers import LlamaTokenizer, MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
 
 from animegamer.models.game_state import GameStateConfig, GameStateModel, Resampler
+from animegamer.models.game_state_defaults import MISTRAL_7B_ARCHITECTURE
 from animegamer.models.tokens import BASE_VOCAB_SIZE, VOCAB_SIZE, add_animegamer_tokens
 
 TINY_LORA_RANK = 32
 TINY_HEAD_DIM = 16
+_SIZES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+          "num_key_value_heads")
 TINY_ARCHITECTURE: dict[str, Any] = {
+    **{key: value for key, value in MISTRAL_7B_ARCHITECTURE.items() if key not in _SIZES},
     "head_dim": TINY_HEAD_DIM,
     "max_position_embeddings": 4096,
-    "sliding_window": 4096,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
 }
+"""Mistral-7B's architecture but its sizes (given per model) and a shorter context."""
 _LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 _LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")
