@@ -128,7 +128,8 @@ def build_stage(prepared: Prepared, say: Callable[[str], None]) -> BuildResult:
     rows = result.report["stages"]["rows"]
     if not rows.get("train"):
         report = prepared.build.out / "report.json"
-        raise CreateError(f"no shot of the training split has a usable answer (see {report}, "
+        shots = result.report["stages"]["shots"]
+        raise CreateError(f"none of the {shots} shots has a usable answer (see {report}, "
                           "'answers' and 'skips'): fix the answers and rerun the same command")
     return result
 

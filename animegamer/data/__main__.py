@@ -115,6 +115,8 @@ def summary(result: BuildResult) -> str:
     videos = report["videos"]
     skipped = ", ".join(f"{kind} {n}" for kind, n in report["skipped"].items()) or "none"
     rows = ", ".join(f"{split} {n}" for split, n in stages["rows"].items()) or "none"
+    if report.get("split"):
+        rows += f" (test split: {report['split']['how']})"
     damaged = {**videos["failed"], **videos["partial"]}
     return "\n".join([
         f"videos: {videos['found']} found, {videos['done']} done, "
@@ -126,7 +128,7 @@ def summary(result: BuildResult) -> str:
         f"{stages['shots']} kept, {stages['annotated']} annotated",
         *answer_lines(report["answers"]),
         f"skipped: {skipped}",
-        f"rows: {rows}",
+        f"shots per split: {rows}",
         "levels: " + (", ".join(f"{level}: {n}" for level, n in report["level_histogram"].items())
                       if report["levels"] else "none (no annotated shot)"),
         "seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()),

@@ -36,8 +36,10 @@ from animegamer.data.episodes import (
     EPISODE_GAP_S,
     TEST_FRACTION,
     ShotPlace,
+    Split,
+    SplitShot,
     assign_episodes,
-    choose_test_videos,
+    choose_split,
 )
 from animegamer.data.errors import DataError, write_error
 from animegamer.data.extract import ExtractOptions, VideoJob, extract_video, run_job
@@ -347,17 +349,22 @@ def _rows(
     annotated: Sequence[tuple[Shot, Annotation]],
     levels: MotionLevels,
     with_features: bool,
-) -> dict[str, list[dict[str, Any]]]:
+) -> tuple[dict[str, list[dict[str, Any]]], Split]:
+    """The rows of each split, and how the test split was chosen (`episodes.choose_split`)."""
     places = [
         ShotPlace(shot.video_id, shot.start, a.instruction.time, a.instruction.place)
         for shot, a in annotated
     ]
     episodes = assign_episodes(places, options.episode_gap)
-    test = choose_test_videos({shot.video for shot, _ in annotated}, options.test_fraction)
-    rows: dict[str, list[dict[str, Any]]] = {split: [] for split in dataset.SPLITS}
+    split = choose_split(
+        [SplitShot(shot.shot_id, shot.video, episode)
+         for (shot, _), (episode, _) in zip(annotated, episodes, strict=True)],
+        options.test_fraction,
+    )
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in dataset.SPLITS}
     for (shot, annotation), (episode, index) in zip(annotated, episodes, strict=True):
         instruction = annotation.instruction
-        rows["test" if shot.video in test else "train"].append({
+        rows["test" if shot.shot_id in split.test else "train"].append({
             "shot_id": shot.shot_id, "video": shot.video, "start": shot.start,
             "episode_id": episode, "episode_index": index,
             **instruction.fields(), "instruction": instruction.text,
@@ -368,7 +375,7 @@ def _rows(
                 layout.features_path(shot.video_id, shot.shot_id) if with_features else None
             ),
         })
-    return rows
+    return rows, split
 
 
 def build(
@@ -405,8 +412,9 @@ def build(
     lap("features")
     levels = MotionLevels.fit(shot.scope for shot, _ in annotated) if annotated else None
     rows: dict[str, list[dict[str, Any]]] = {split: [] for split in dataset.SPLITS}
+    split = Split("episodes", frozenset())
     if levels is not None:
-        rows = _rows(options, annotated, levels, extractor is not None)
+        rows, split = _rows(options, annotated, levels, extractor is not None)
     splits = dataset.write_splits(options.out, rows)
     counts = {split: len(rows[split]) for split in splits}
     dataset.write_card(options.out, dataset.card(character, splits, counts))
@@ -424,6 +432,7 @@ def build(
         },
         skips=[*static, *skipped], rows={split: rows[split] for split in splits}, levels=levels,
         answers=answer_report,
+        split=split.record(len({shot.video for shot, _ in annotated})),
     )
     write_json(options.out / layout.REPORT, report)
     lap("rows")

@@ -57,11 +57,12 @@ def make_report(
     rows: Mapping[str, Sequence[Mapping[str, Any]]],
     levels: MotionLevels | None,
     answers: Mapping[str, Any] | None = None,
+    split: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report as a JSON-ready dict; deterministic (no times), so a resumed build writes the
     same report as an uninterrupted one. `videos.cuts` lists each video's cuts with both
     detectors' scores (`shots.Cut`); `answers` says which answers of a file matched no shot and
-    which shots have none."""
+    which shots have none; `split` how the test split was chosen (`episodes.Split`)."""
     every_row = [row for split in rows.values() for row in split]
     episodes = Counter(row["episode_id"] for row in every_row)
     done = [v for v in videos if v["status"] == "done"]
@@ -72,8 +73,9 @@ def make_report(
             "segments": sum(v["segments"] for v in done),
             "segments_too_short": sum(v["too_short"] for v in done),
             **stages,
-            "rows": {split: len(split_rows) for split, split_rows in rows.items()},
+            "rows": {name: len(split_rows) for name, split_rows in rows.items()},
         },
+        "split": dict(split or {}),
         "answers": dict(answers or {}),
         "skipped": dict(Counter(f"{s.stage}: {s.kind}" for s in skips).most_common()),
         "skips": [asdict(s) for s in skips],
