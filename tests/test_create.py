@@ -69,7 +69,9 @@ def test_answers_keyed_by_true_starts_all_match_on_a_10_fps_video(ten_fps, tmp_p
     args = ["build", "--videos", str(ten_fps / "videos"), "--character", "Kiki",
             "--reference-image", str(ten_fps / "kiki.png"), "--annotations",
             str(ten_fps / "answers.jsonl"), "--out", str(out), "--size", "64", "96"]
-    assert data_main(args) == 0
+    assert data_main(args) == 2  # 1 answer of 5 matches no shot: more than a tenth
+    assert "1 of 5 answers in" in capsys.readouterr().err
+    assert data_main([*args, "--allow-unmatched"]) == 0
     report = json.loads((out / "report.json").read_text())
     answers = report["answers"]
     without = [s["start"] for s in answers["shots_without_answer"] if s["video"] == "ten.mp4"]

@@ -127,8 +127,12 @@ def test_answer_file_matches_video_and_start_to_the_millisecond(tmp_path):
     [
         ("{oops", "line 2: not JSON"),
         ('{"video": "a.mp4", "start": 1}', "line 2: needs the keys video, start and answer"),
-        ('{"video": "a.mp4", "start": "1", "answer": {}}', "start a number"),
-        ('{"video": "a.mp4", "start": -1, "answer": {}}', "start a number"),
+        ('{"video": "a.mp4", "start": "1", "answer": {}}', 'start "1" is neither a number'),
+        ('{"video": "a.mp4", "start": -1, "answer": {}}', "start -1 is neither a number"),
+        ('{"video": "a.mp4", "start": "00:01:02:05", "answer": {}}',
+         r'start "00:01:02:05" is neither a number of seconds ≥ 0 nor a timecode H:MM:SS\.sss'),
+        ('{"video": "a.mp4", "start": "1:75", "answer": {}}', 'start "1:75" is neither'),
+        ('{"video": "a.mp4", "start": "0:01.0", "answer": {}}', "a second answer for a.mp4"),
         ('{"video": "a.mp4", "start": 1.0, "answer": {}}', "a second answer for a.mp4"),
     ],
 )
@@ -138,6 +142,52 @@ def test_a_bad_answer_file_names_the_line(tmp_path, line, message):
     with pytest.raises(DataError, match=message) as raised:
         AnswerFile(path)
     assert "answers.jsonl" in str(raised.value)
+
+
+def test_timecode_starts_are_read_as_seconds(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    lines = [{"video": "v.mp4", "start": start, "answer": GOOD}
+             for start in ("00:01:02.5", "1:05", "0:00:00")]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    file = AnswerFile(path)
+    shots = [("v.mp4", 62.5), ("v.mp4", 65.0), ("v.mp4", 0.0)]
+    requests = [AnnotationRequest(v, s, tmp_path, "Qiqi", tmp_path) for v, s in shots]
+    assert all(text is not None for text in file.answer(requests))
+    assert file.given == 3 and file.unmatched(shots) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"stamina": 9}, r"line 2: stamina = 9 is outside its range \(allowed: -1, 1\)"),
+        ({"social": True}, r"line 2: social = true is outside its range \(allowed: 0, 1\)"),
+        ({"character_present": "yes"},
+         r'line 2: character_present = "yes" is not allowed \(allowed: true, false\)'),
+        ({"mood": "happy"}, r"line 2: unknown field 'mood' = \"happy\" \(the fields: "
+                            r"character_present, character, adverb"),
+    ],
+)
+def test_an_answer_field_out_of_range_or_unknown_refuses_the_file(tmp_path, change, message):
+    path = tmp_path / "answers.jsonl"
+    lines = [{"video": "a.mp4", "start": 0, "answer": GOOD},
+             {"video": "a.mp4", "start": 2.5, "answer": {**GOOD, **change}},
+             {"video": "a.mp4", "start": 5, "answer": json.dumps({**GOOD, **change})}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(DataError, match=message) as raised:
+        AnswerFile(path)
+    text = str(raised.value)
+    assert str(path) in text and "(1 more such problems in the file)" in text
+
+
+def test_an_unfilled_template_line_is_no_answer_not_an_error(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    empty = {name: None if name in ("character_present", "social", "entertainment", "stamina")
+             else "" for name in ANSWER_FIELDS}
+    path.write_text(json.dumps({"video": "a.mp4", "start": 0, "end": 2.0, "answer": empty}))
+    (text,) = AnswerFile(path).answer([AnnotationRequest("a.mp4", 0.0, tmp_path, "Qiqi",
+                                                         tmp_path)])
+    with pytest.raises(AnswerError):
+        parse_answer(str(text), "Qiqi")
 
 
 def test_a_missing_answer_file_is_named(tmp_path):

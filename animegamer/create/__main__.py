@@ -2,7 +2,7 @@
 
     python -m animegamer.create --videos DIR --character NAME --reference-image IMG
         (--annotations FILE | --annotator MODEL) --out DIR [--recipe RECIPE ...]
-        [--register [REGISTRY]] [--num-proc N]
+        [--register [REGISTRY]] [--num-proc N] [--allow-unmatched]
     python -m animegamer.create example --out DIR
 
 The recipe (default recipes/cpu.yaml) decides the clip size and the feature towers as well as
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="REGISTRY", help="add the character to this registry file "
                         "(default: the one the app reads, assets/characters.yaml)")
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the clip stage")
+    parser.add_argument("--allow-unmatched", action="store_true",
+                        help="train even when more than a tenth of the answers match no shot, "
+                        "or their starts look like another unit (the summary gives the count)")
     return parser
 
 
@@ -78,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         videos=args.videos, character=args.character, reference_image=args.reference_image,
         out=args.out, annotations=args.annotations, annotator=args.annotator,
         recipes=tuple(args.recipe or (DEFAULT_RECIPE,)), registry=args.register,
-        num_proc=max(1, args.num_proc),
+        num_proc=max(1, args.num_proc), allow_unmatched=args.allow_unmatched,
     )
     try:
         create(options)

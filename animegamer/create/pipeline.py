@@ -54,6 +54,8 @@ class CreateOptions:
     registry: Path | None = None
     """Where `--register` writes the entry; None: not registered."""
     num_proc: int = 1
+    allow_unmatched: bool = False
+    """Train even when many answers match no shot (`animegamer.data.matching`)."""
 
     @property
     def dataset(self) -> Path:
@@ -107,6 +109,7 @@ def prepare(options: CreateOptions) -> Prepared:
         videos=options.videos, character=options.character,
         reference_image=options.reference_image, out=options.dataset,
         num_proc=options.num_proc, extract=ExtractOptions(height, width),
+        allow_unmatched=options.allow_unmatched,
     )
     check_inputs(build_options)
     find_videos(options.videos, options.dataset)

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="share of the videos whose shots form the test split")
     make.add_argument("--episode-gap", type=float, default=EPISODE_GAP_S,
                       help="seconds between shots that still continue an episode")
+    make.add_argument("--allow-unmatched", action="store_true",
+                      help="build on when more than a tenth of the answers match no shot, or "
+                      "their starts look like another unit (the summary gives the count)")
     look = commands.add_parser("show", help="contact sheet and statistics of a dataset")
     look.add_argument("dataset", type=Path)
     look.add_argument("--png", type=Path, help="where to write the sheet "
@@ -103,6 +106,10 @@ def answer_lines(answers: dict) -> list[str]:
     if answers["unmatched"]:
         lines.append("  matched no shot: " + _listed(answers["unmatched"], lambda a: (
             f"line {a['line']} ({a['video']} at {a['start']} s): {a['reason']}")))
+    if answers.get("unit"):
+        unit = answers["unit"]
+        lines.append(f"  their starts look like {unit['unit']} ({unit['fits']} match a shot "
+                     f"read so): write seconds ({unit['example']})")
     if answers["shots_without_answer"]:
         lines.append("  no answer: " + _listed(answers["shots_without_answer"], lambda s: (
             f"{s['video']} {s['start']:.3f}-{s['end']:.3f} s")))
@@ -146,6 +153,7 @@ def run_build(args: argparse.Namespace) -> int:
         videos=args.videos, character=args.character, reference_image=args.reference_image,
         out=args.out, limit=args.limit, num_proc=args.num_proc, batch_size=args.batch_size,
         test_fraction=args.test_fraction, episode_gap=args.episode_gap,
+        allow_unmatched=args.allow_unmatched,
         extract=ExtractOptions(height, width, args.cut_threshold, args.min_moving, args.flow,
                                args.adaptive_threshold),
     )

@@ -44,6 +44,8 @@ ANNOTATED_FRAMES = 4
 MAX_ANSWER_TOKENS = 200
 _FENCE = re.compile(r"\A```(?:json)?[ \t]*\n(.*)\n[ \t]*```\Z", re.DOTALL)
 _FLAGS = {"social": (0, 1), "entertainment": (0, 1), "stamina": (-1, 1)}
+_TIMECODE = re.compile(r"\A(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)\Z")
+"""H:MM:SS.sss or M:SS.sss (a fraction of a second, not a frame number, after the last colon)."""
 
 
 class AnswerError(ValueError):
@@ -89,6 +91,40 @@ def _decode(text: str) -> dict[str, Any]:
         parts += [f"has unknown fields {', '.join(unknown)}"] if unknown else []
         raise AnswerError("fields", f"the answer {' and '.join(parts)}")
     return value
+
+
+def field_problems(answer: dict[str, Any]) -> list[str]:
+    """What makes an answer wrong whatever its shot: a field name that is not an answer field,
+    a flag outside its values. A null is an unfilled field (of `answers_template.jsonl`), left
+    to `parse_answer`."""
+    problems = [
+        f"unknown field {name!r} = {json.dumps(value)} (the fields: {', '.join(ANSWER_FIELDS)})"
+        for name, value in answer.items() if name not in ANSWER_FIELDS
+    ]
+    present = answer.get("character_present")
+    if present is not None and not isinstance(present, bool):
+        problems.append(f"character_present = {json.dumps(present)} is not allowed "
+                        "(allowed: true, false)")
+    for name, allowed in _FLAGS.items():
+        value = answer.get(name)
+        if value is not None and (isinstance(value, bool) or value not in allowed):
+            problems.append(f"{name} = {json.dumps(value)} is outside its range (allowed: "
+                            f"{', '.join(map(str, allowed))})")
+    return problems
+
+
+def start_seconds(value: object) -> float | None:
+    """An answer's `start` in seconds: a number of seconds, or a timecode string (`_TIMECODE`);
+    None for anything else."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    match = _TIMECODE.match(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    hours, minutes, seconds = int(match[1] or 0), int(match[2]), float(match[3])
+    if (match[1] is not None and minutes >= 60) or seconds >= 60:
+        return None
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def _text(answer: dict[str, Any], name: str, one_word: bool = False) -> str:
@@ -150,6 +186,9 @@ class Annotator(Protocol):
 
     name: str
     cached: bool
+    given: int
+    """How many answers were given ahead (a file's lines); 0 for a source that answers each
+    shot asked."""
 
     def answer(self, requests: Sequence[AnnotationRequest]) -> list[str | None]:
         """The raw answer text of each request, or None when there is none for it."""
@@ -184,9 +223,11 @@ class FileAnswer:
 class AnswerFile:
     """Answers from a JSONL file, one object per line:
     `{"video": "<path below --videos>", "start": <seconds>, "answer": {...} or "<raw text>"}`
-    (and optionally `"end"`). An answer belongs to the shot of its video whose start lies
-    nearest to its `start`, within `MATCH_TOLERANCE_S`; `unmatched` lists those that found
-    none."""
+    (and optionally `"end"`); `start` may also be a timecode string ("00:01:02.5"). An answer
+    belongs to the shot of its video whose start lies nearest to its `start`, within
+    `MATCH_TOLERANCE_S`; `unmatched` lists those that found none. A line that is not such an
+    object, or an answer with an unknown field or a flag outside its range (`field_problems`),
+    refuses the whole file, naming the line."""
 
     cached = False
 
@@ -197,11 +238,17 @@ class AnswerFile:
             lines = path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
             raise DataError(f"{path}: cannot read the annotations ({error})") from None
+        problems = []
         for number, line in enumerate(lines, start=1):
             if line.strip():
-                self._add(path, number, line)
+                problems += self._add(path, number, line)
+        if problems:
+            more = f" ({len(problems) - 1} more such problems in the file)" * (len(problems) > 1)
+            raise DataError(f"{problems[0]}{more}: fix the answers and rerun")
+        self.given = sum(map(len, self._answers.values()))
 
-    def _add(self, path: Path, number: int, line: str) -> None:
+    def _add(self, path: Path, number: int, line: str) -> list[str]:
+        """Read one line; returns the problems of its answer's fields (`field_problems`)."""
         where = f"{path}, line {number}"
         try:
             entry = json.loads(line)
@@ -211,15 +258,26 @@ class AnswerFile:
         if not isinstance(entry, dict) or not ANSWER_KEYS <= set(entry) <= allowed:
             raise DataError(f"{where}: needs the keys video, start and answer (and optionally "
                             "end), and no others")
-        video, start, answer = entry["video"], entry["start"], entry["answer"]
-        is_number = isinstance(start, int | float) and not isinstance(start, bool)
-        if not isinstance(video, str) or not is_number or start < 0:
-            raise DataError(f"{where}: video must be text and start a number of seconds ≥ 0")
+        video, answer = entry["video"], entry["answer"]
+        start = start_seconds(entry["start"])
+        if not isinstance(video, str):
+            raise DataError(f"{where}: video must be text (a path below --videos)")
+        if start is None or start < 0:
+            raise DataError(
+                f"{where}: start {json.dumps(entry['start'])} is neither a number of seconds "
+                "≥ 0 nor a timecode H:MM:SS.sss (a fraction of a second after the last colon)"
+            )
         same = self._answers.setdefault(video, [])
         if any(abs(other.start - start) < 1e-3 for other in same):
             raise DataError(f"{where}: a second answer for {video} at {start} s")
         text = answer if isinstance(answer, str) else json.dumps(answer)
-        same.append(FileAnswer(video, float(start), number, text))
+        same.append(FileAnswer(video, start, number, text))
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError:
+            return []  # raw text: the parser says why it is unusable
+        problems = field_problems(fields) if isinstance(fields, dict) else []
+        return [f"{where}: {problem}" for problem in problems]
 
     def _nearest(self, video: str, start: float) -> FileAnswer | None:
         """The answer of `video` nearest to a shot starting at `start`, within tolerance."""
@@ -278,6 +336,7 @@ class VisionLanguageModel:
     """
 
     cached = True
+    given = 0
     model: Any
     processor: Any
 

@@ -45,6 +45,7 @@ from animegamer.data.errors import DataError, write_error
 from animegamer.data.extract import ExtractOptions, VideoJob, extract_video, run_job
 from animegamer.data.features import ShotFeatureExtractor, is_current, write_features
 from animegamer.data.flow import MotionLevels
+from animegamer.data.matching import check_unmatched, guess_unit
 from animegamer.data.report import Skip, make_report
 from animegamer.data.shots import MIN_SEGMENT_SECONDS
 from animegamer.data.store import append_record, read_records, write_atomic, write_json
@@ -68,6 +69,9 @@ class BuildOptions:
     batch_size: int = 8
     test_fraction: float = TEST_FRACTION
     episode_gap: float = EPISODE_GAP_S
+    allow_unmatched: bool = False
+    """Build on even when more than a tenth of a file's answers match no shot, or their starts
+    look like another unit (`matching`); a build with `limit` always does."""
 
 
 @dataclass(frozen=True)
@@ -289,19 +293,26 @@ def _annotate(
 
 def _answer_report(
     annotator: Annotator, shots: Sequence[Shot], static: Sequence[Skip],
-    answers: dict[str, str | None],
+    answers: dict[str, str | None], videos: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Which answers found a shot, which matched none (a file's, with the reason) and which kept
-    shots have none."""
+    """Which answers found a shot, which matched none (a file's, with the reason, and the unit
+    their starts seem to be in: `matching.guess_unit`) and which kept shots have none."""
     every = [(s.video, s.start) for s in shots] + [(s.video, s.start) for s in static]
     unmatched = annotator.unmatched(sorted(every))
     missing = [
         {"video": s.video, "start": s.start, "end": round(s.start + MIN_SEGMENT_SECONDS, 6)}
         for s in shots if answers.get(s.shot_id) is None
     ]
+    open_starts: dict[str, list[float]] = {}
+    for s in shots:
+        if answers.get(s.shot_id) is None:
+            open_starts.setdefault(s.video, []).append(s.start)
+    fps = {record["video"]: record.get("fps", 0.0) for record in videos}
+    unit = guess_unit(unmatched, open_starts, fps) if unmatched else None
     return {
-        "source": annotator.name, "matched": len(shots) - len(missing),
-        "unmatched": unmatched, "shots_without_answer": missing,
+        "source": annotator.name, "given": annotator.given,
+        "matched": len(shots) - len(missing), "unmatched": unmatched,
+        "unit": asdict(unit) if unit else None, "shots_without_answer": missing,
     }
 
 
@@ -404,7 +415,9 @@ def build(
     _write_template(options, shots)
     lap("clips")
     answers = _answers(options, character, annotator, shots)
-    answer_report = _answer_report(annotator, shots, static, answers)
+    answer_report = _answer_report(annotator, shots, static, answers, records)
+    if not options.allow_unmatched and options.limit is None:
+        check_unmatched(answer_report, annotator.given)
     lap("answers")
     annotated, skipped = _annotate(shots, answers, character, annotator.name)
     if extractor is not None:

@@ -116,7 +116,8 @@ def extract_video(job: VideoJob, options: ExtractOptions) -> dict[str, Any]:
     record.update(
         segments=stats.segments, too_short=stats.too_short, frames=stats.frames, kept=kept,
         static=static, complete=complete, variable_frame_rate=stream.variable_frame_rate,
-        width=info.width, height=info.height, cuts=[cut.record() for cut in detector.cuts],
+        width=info.width, height=info.height, fps=info.fps,
+        cuts=[cut.record() for cut in detector.cuts],
     )
     return _finish(job, record, status="done")
 
