@@ -37,10 +37,10 @@ from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.evaluate.metrics import level_errors, probe_scores
 from animegamer.game.rules import INSTRUCTION_FIELDS, make_instruction
-from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE
 from animegamer.models.game_state import GameStateModel
 from animegamer.nano.probes import PROBES, NanoProbes
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.train.episodes import EpisodeWindow, episodes
 from animegamer.train.game_state_phase import shot_representations, target_representations
 

@@ -23,12 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diffusers import AutoencoderKLCogVideoX, CogVideoXDPMScheduler
 
-from animegamer.models.decoder import (
-    AnimeGamerPipeline,
-    AnimeGamerTransformer3DModel,
-    scheduler_config,
-)
 from animegamer.models.decoder_defaults import DEFAULT_STEPS
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.sampling import scheduler_config
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GIB = 1 << 30

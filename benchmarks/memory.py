@@ -346,7 +346,7 @@ def stage_predict(scale: Scale, layout: Layout, preset: str) -> dict:
 
 def stage_decoder_step(scale: Scale, layout: Layout, preset: str) -> dict:
     from animegamer.game.representation import REPRESENTATION_TOKENS
-    from animegamer.models.decoder import AnimeGamerTransformer3DModel
+    from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
 
     cuda = torch.cuda.is_available()
     device, dtype = ("cuda", torch.float16) if cuda else ("cpu", torch.bfloat16)
@@ -492,8 +492,8 @@ def estimate_weights_gb(scale: Scale) -> dict[str, dict[str, float]]:
     from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
     from transformers import MistralConfig, MistralForCausalLM
 
-    from animegamer.models.decoder import AnimeGamerTransformer3DModel
     from animegamer.models.tokens import VOCAB_SIZE
+    from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
     from animegamer.serving.presets import PRESETS
 
     hidden, width = scale.mistral["hidden_size"], scale.representation_dim

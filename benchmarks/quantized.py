@@ -28,9 +28,9 @@ from animegamer.evaluate.quantized import (
     game_state_fidelity,
     random_windows,
 )
-from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
 from animegamer.paths import DEFAULT_NANO_DIR
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.serving.quantization import (
     PRESET_QUANTIZATION,
     QUANT_REQUIREMENTS,

@@ -35,12 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 from transformers import MistralConfig
 
-from animegamer.models.decoder import AnimeGamerTransformer3DModel, scheduler_config
 from animegamer.models.game_state import GameStateConfig, GameStateModel
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import tiny_transformer_config
 from animegamer.models.tiny_game_state import build_tiny_tokenizer, tiny_game_state_model
 from animegamer.models.tokens import VOCAB_SIZE
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.train.decoder_phase import (
     ConditionedDecoder,
     add_lora,

@@ -46,20 +46,18 @@ from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 from transformers import AutoModelForCausalLM, MistralConfig
 
 from animegamer.game.rules import GameStates, effective_motion_level, make_instruction
-from animegamer.models.decoder import (
-    AnimeGamerPipeline,
-    AnimeGamerTransformer3DModel,
-    scheduler_config,
-)
 from animegamer.models.decoder_defaults import DEFAULT_STEPS
 from animegamer.models.game_state import GameStateConfig, GameStateModel
 from animegamer.models.game_state_defaults import FULL_REPRESENTATION_DIM, MISTRAL_7B_ARCHITECTURE
-from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.models.tiny_game_state import (
     build_tiny_tokenizer,
     tiny_game_state_model,
 )
 from animegamer.models.tokens import VOCAB_SIZE
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.sampling import scheduler_config
+from animegamer.pipelines.animegamer.tiny import tiny_pipeline
 from animegamer.serving.clips import ClipStore
 from animegamer.serving.presets import PRESET_NAMES, apply_preset, attention_backends, get_preset
 

@@ -30,7 +30,7 @@ from animegamer.data.dataset import read_rows
 from animegamer.data.decode import read_clip
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.evaluate.metrics import level_errors
-from animegamer.models.decoder import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.train.vae import clip_tensor
 
 

@@ -29,15 +29,16 @@ from animegamer.characters.conversion.decoder import (
     load_release_state_dict,
 )
 from animegamer.characters.conversion.errors import ConversionError
-from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerTransformer3DModel
 from animegamer.models.decoder_defaults import RELEASE_CHECKPOINT_NAME, SAT_PREFIX
 from animegamer.models.tiny_decoder import (
     TINY_SAT_SIZES,
     SatDecoderSizes,
     sat_decoder_state_dict,
-    save_tiny_decoder,
     write_tiny_decoder_release,
 )
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.tiny import save_tiny_decoder
 
 TINY_LATENT = (8, 12)
 

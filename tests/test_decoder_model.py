@@ -10,18 +10,17 @@ import pytest
 import torch
 from diffusers import CogVideoXTransformer3DModel
 
-from animegamer.models.decoder import (
+from animegamer.models.tiny_decoder import tiny_transformer_config
+from animegamer.models.transformers.transformer_animegamer import (
     DEFAULT_MOTION_SCOPES,
-    AnimeGamerPipeline,
     AnimeGamerTransformer3DModel,
     motion_scope,
+)
+from animegamer.pipelines.animegamer.pipeline_animegamer import (
+    AnimeGamerPipeline,
     write_model_index,
 )
-from animegamer.models.tiny_decoder import (
-    save_tiny_decoder,
-    tiny_pipeline,
-    tiny_transformer_config,
-)
+from animegamer.pipelines.animegamer.tiny import save_tiny_decoder, tiny_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +115,9 @@ def test_pipeline_save_pretrained_round_trip(tmp_path):
     pipeline.save_pretrained(tmp_path / "saved")
     index = json.loads((tmp_path / "saved" / "model_index.json").read_text())
     assert index["_class_name"] == "AnimeGamerPipeline"
-    assert index["transformer"] == ["animegamer.models.decoder", "AnimeGamerTransformer3DModel"]
+    assert index["transformer"] == [
+        "animegamer.models.transformers.transformer_animegamer", "AnimeGamerTransformer3DModel"
+    ]
     assert index["shot_encoder"] == [None, None]
     assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == [
         "model_index.json", "scheduler", "transformer", "vae"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
-from animegamer.models.decoder import AnimeGamerTransformer3DModel
 from animegamer.models.tiny_decoder import tiny_transformer_config
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
 
 GRID = math.isqrt(IMAGE_TOKENS)
 FRAMES, CHANNELS, HEIGHT, WIDTH = 5, 16, 8, 12

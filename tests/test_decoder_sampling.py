@@ -14,16 +14,16 @@ import torch
 from diffusers import CogVideoXDPMScheduler
 from safetensors.torch import load_file
 
-from animegamer.models.decoder import (
-    AnimeGamerPipeline,
-    AnimeGamerPipelineOutput,
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.pipeline_output import AnimeGamerPipelineOutput
+from animegamer.pipelines.animegamer.sampling import (
     denoising_step,
     dynamic_guidance_scale,
     guided_prediction,
     sample_latents,
     scheduler_config,
 )
-from animegamer.models.tiny_decoder import save_tiny_decoder
+from animegamer.pipelines.animegamer.tiny import save_tiny_decoder
 from animegamer.video.writer import write_mp4
 
 STEPS = 50

@@ -21,10 +21,8 @@ from typing import Any
 
 import pytest
 import torch
-from diffusers import FasterCacheConfig
-from diffusers.hooks.faster_cache import _UNCOND_COND_INPUT_KWARGS_IDENTIFIERS
 
-from animegamer.models.decoder import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from tests.test_pipeline_conventions import dummy_components, dummy_representation
 
 
@@ -68,18 +66,6 @@ class AnimeGamerPipelineFastTests(
     test_attention_slicing = False  # it compares frames as images
     test_layerwise_casting = True
     test_group_offloading = True
-    # The motion scope (`ofs`) is a per-row input of the [uncond, cond] batch: FasterCache must
-    # split it with the others when it skips the unconditional half.
-    faster_cache_config = FasterCacheConfig(
-        spatial_attention_block_skip_range=2,
-        spatial_attention_timestep_skip_range=(-1, 901),
-        unconditional_batch_skip_range=2,
-        attention_weight_callback=lambda _: 0.5,
-        _unconditional_conditional_input_kwargs_identifiers=[
-            *_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS, "ofs"
-        ],
-    )
-
     def get_dummy_components(self, num_layers: int = 1) -> dict:
         return dummy_components(num_layers)
 

@@ -29,12 +29,9 @@ from animegamer.characters.conversion.character import (
 )
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.characters.registry import RepoRef, load_registry
-from animegamer.models.tiny_decoder import (
-    TINY_LATENT_SIZE,
-    save_tiny_decoder,
-    write_tiny_decoder_release,
-)
+from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, write_tiny_decoder_release
 from animegamer.models.tiny_game_state import write_tiny_mllm_release
+from animegamer.pipelines.animegamer.tiny import save_tiny_decoder
 from animegamer.serving import settings as settings_module
 from animegamer.serving.settings import Settings, default_cache_dir
 
@@ -157,8 +154,8 @@ def test_resolution_converts_once_into_a_loadable_character(
     from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 
     from animegamer.characters.conversion.decoder import load_release_state_dict
-    from animegamer.models.decoder import AnimeGamerPipeline
     from animegamer.models.game_state import GameStateModel
+    from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 
     cache_dir = tmp_path / "animegamer"
     path = hub.resolve_character(qiqi, cache_dir)

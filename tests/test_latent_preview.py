@@ -21,8 +21,8 @@ from animegamer.models.latent_preview import (
     LatentPreviewCallback,
     preview_due,
 )
-from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.paths import DEFAULT_NANO_DIR
+from animegamer.pipelines.animegamer.tiny import tiny_pipeline
 from animegamer.serving.engine import create_preview_engine
 from animegamer.serving.settings import Settings
 

@@ -7,13 +7,12 @@ import pytest
 import torch
 from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 
-from animegamer.models.decoder import (
-    AnimeGamerPipeline,
-    AnimeGamerTransformer3DModel,
-    scheduler_config,
-)
 from animegamer.models.noise_prior import FrameCorrelatedNoise
-from animegamer.models.tiny_decoder import tiny_pipeline, tiny_transformer_config
+from animegamer.models.tiny_decoder import tiny_transformer_config
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.sampling import scheduler_config
+from animegamer.pipelines.animegamer.tiny import tiny_pipeline
 from animegamer.train import decoder_phase
 from animegamer.train.recipe import TinyInit
 

@@ -15,9 +15,9 @@ from animegamer.evaluate.quantized import (
     game_state_fidelity,
     random_windows,
 )
-from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
 from animegamer.paths import DEFAULT_NANO_DIR
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.serving.devices import CPU_PLACEMENT
 from animegamer.serving.engine import build_preview_directory, load_character_models
 from animegamer.serving.presets import get_preset

@@ -20,14 +20,11 @@ from animegamer.characters.conversion.decoder import (
     load_release_state_dict,
 )
 from animegamer.data.features import tiny_feature_extractor
-from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.decoder_defaults import SAT_PREFIX
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder, clip_pixel_values
 from animegamer.models.tiny_decoder import (
     SatDecoderSizes,
     sat_decoder_state_dict,
-    save_tiny_decoder,
-    tiny_pipeline,
     write_tiny_decoder_release,
 )
 from animegamer.models.tiny_shot_encoder import (
@@ -35,6 +32,8 @@ from animegamer.models.tiny_shot_encoder import (
     tiny_shot_encoder,
     tiny_shot_towers,
 )
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.tiny import save_tiny_decoder, tiny_pipeline
 
 
 @pytest.fixture(scope="module")

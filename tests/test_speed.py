@@ -24,9 +24,9 @@ import torch
 from diffusers.hooks import FirstBlockCacheConfig
 
 from animegamer.game.rules import GameStates
-from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.models.tiny_game_state import tiny_game_state_model
 from animegamer.models.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
+from animegamer.pipelines.animegamer.tiny import tiny_pipeline
 from animegamer.serving.devices import Placement
 from animegamer.serving.engine import (
     build_preview_directory,

@@ -11,10 +11,10 @@ from diffusers import AutoencoderKLCogVideoX
 from animegamer.characters.conversion.character import check_layout, read_manifest, vae_folder
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.game.rules import make_instruction, new_session
-from animegamer.models.decoder import AnimeGamerPipeline
-from animegamer.models.tiny_decoder import tiny_pipeline
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.models.tiny_shot_encoder import tiny_shot_encoder, tiny_shot_towers
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.tiny import tiny_pipeline
 from animegamer.serving.devices import CPU_PLACEMENT
 from animegamer.serving.engine import create_nano_engine, load_character_models
 from animegamer.serving.settings import Settings

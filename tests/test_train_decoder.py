@@ -18,7 +18,8 @@ from animegamer.data.dataset import read_rows, write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
 from animegamer.data.flow import MotionLevels
 from animegamer.data.layout import clip_path, features_path
-from animegamer.models.decoder import AnimeGamerPipeline, scheduler_config
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.train import decoder_phase
 from animegamer.train.__main__ import main
 from animegamer.train.loop import losses_path, lr_scheduler, read_losses

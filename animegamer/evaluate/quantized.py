@@ -22,9 +22,9 @@ from torch.nn import functional
 
 from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.game.rules import MAX_WINDOW, GameStates
-from animegamer.models.decoder import AnimeGamerTransformer3DModel
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
 from animegamer.nano.vocabulary import CHARACTERS, NANO_VOCABULARY
 
 STATE_RANGE = range(-5, 6)

@@ -1,8 +1,8 @@
-"""Tiny random-weight decoders for tests and the preview engine (no download, CPU-fast).
+"""Tiny random-weight decoder parts for tests and the preview engine (no download, CPU-fast).
 
-`save_tiny_decoder` writes the project layout (model_index.json, transformer/, vae/, scheduler/);
-`write_tiny_decoder_release` writes the *release* (SAT/DeepSpeed) layout that the converter reads,
-from `sat_decoder_state_dict`, which also builds full-size key lists on the `meta` device.
+`tiny_transformer_config` and `tiny_vae` build `animegamer.pipelines.animegamer.tiny`'s pipeline;
+`write_tiny_decoder_release` writes the *release* (SAT/DeepSpeed) layout that the converter
+reads, from `sat_decoder_state_dict`, which also builds full-size key lists on the `meta` device.
 """
 
 from __future__ import annotations
@@ -12,24 +12,18 @@ from pathlib import Path
 
 import torch
 
-# From their defining modules, as in animegamer.models.decoder (typed classes, not placeholders).
+# From their defining modules (typed classes, not diffusers' top-level placeholders).
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 from diffusers.models.embeddings import get_3d_sincos_pos_embed
-from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 
-from animegamer.models.decoder import (
-    DEFAULT_MOTION_SCOPES,
-    REPRESENTATION_TOKENS,
-    AnimeGamerPipeline,
-    AnimeGamerTransformer3DModel,
-    scheduler_config,
-)
+from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.models.decoder_defaults import (
     DEFAULT_LATENT_SIZE,
     DEFAULT_SAMPLE_FRAMES,
     RELEASE_CHECKPOINT_NAME,
     SAT_PREFIX,
 )
+from animegamer.models.transformers.transformer_animegamer import DEFAULT_MOTION_SCOPES
 
 TINY_LATENT_SIZE = (8, 12)
 TINY_HEAD_DIM = 32
@@ -192,21 +186,3 @@ def tiny_vae() -> AutoencoderKLCogVideoX:
         sample_height=8 * height,
         sample_width=8 * width,
     )
-
-
-def tiny_pipeline(representation_dim: int = 64, seed: int = 0) -> AnimeGamerPipeline:
-    """A random decoder pipeline: 5×8×12 latent → 17 frames of 64×96."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        transformer = AnimeGamerTransformer3DModel(**tiny_transformer_config(representation_dim))
-        transformer.uncond_representation.normal_()
-        vae = tiny_vae()
-    return AnimeGamerPipeline(transformer, vae, CogVideoXDPMScheduler(**scheduler_config()))
-
-
-def save_tiny_decoder(out: Path, representation_dim: int = 64, seed: int = 0) -> Path:
-    """Write `tiny_pipeline` as a pipeline folder: model_index.json, transformer/, vae/ and
-    scheduler/ (the project layout's decoder part); returns `out`."""
-    out = Path(out)
-    tiny_pipeline(representation_dim, seed).save_pretrained(out)
-    return out

@@ -36,11 +36,12 @@ from animegamer.game.rules import (
     record_turn,
 )
 from animegamer.models.cpu_conv import use_onednn_conv3d
-from animegamer.models.decoder import AnimeGamerPipeline, AnimeGamerPipelineOutput
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentPreviewCallback
-from animegamer.models.tiny_decoder import save_tiny_decoder
 from animegamer.models.tiny_game_state import save_tiny_game_state
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.pipeline_output import AnimeGamerPipelineOutput
+from animegamer.pipelines.animegamer.tiny import save_tiny_decoder
 from animegamer.serving.clips import ClipStore
 from animegamer.serving.devices import CPU_PLACEMENT, Placement, choose_placement
 from animegamer.serving.presets import apply_preset, get_preset

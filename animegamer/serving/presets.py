@@ -34,8 +34,8 @@ from diffusers.hooks import FirstBlockCacheConfig
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 from torch import nn
 
-from animegamer.models.decoder import AnimeGamerPipeline
 from animegamer.models.game_state import GameStateModel
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.serving.quantization import NO_QUANTIZATION, PRESET_QUANTIZATION, Quantization
 from animegamer.serving.settings import PRESET_CHOICES
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from animegamer.characters.conversion.character import CARD_NAME, check_layout, write_manifest
-from animegamer.models.decoder import write_model_index
 from animegamer.models.game_state_defaults import (
     GAME_STATE_CONFIG_NAME,
     LLM_FOLDER,
     RESAMPLERS_NAME,
     TOKENIZER_FOLDER,
 )
+from animegamer.pipelines.animegamer.pipeline_animegamer import write_model_index
 
 GAME_STATE_PARTS = (LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER, GAME_STATE_CONFIG_NAME)
 DECODER_PARTS = ("transformer", "vae", "scheduler", "shot_encoder")

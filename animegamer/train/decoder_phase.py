@@ -30,14 +30,12 @@ from torch import nn
 
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels
-from animegamer.models.decoder import (
-    AnimeGamerPipeline,
-    AnimeGamerTransformer3DModel,
-    scheduler_config,
-)
 from animegamer.models.noise_prior import INDEPENDENT_NOISE, FrameCorrelatedNoise
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.train.loop import (
     LoopSettings,
     MicroLoss,

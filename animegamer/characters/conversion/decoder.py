@@ -28,12 +28,6 @@ from numpy._core import multiarray
 
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.game.representation import REPRESENTATION_TOKENS
-from animegamer.models.decoder import (
-    DEFAULT_MOTION_SCOPES,
-    AnimeGamerTransformer3DModel,
-    save_scheduler,
-    write_model_index,
-)
 from animegamer.models.decoder_defaults import (
     DEFAULT_LATENT_SIZE,
     DEFAULT_SAMPLE_FRAMES,
@@ -41,6 +35,12 @@ from animegamer.models.decoder_defaults import (
     SAT_PREFIX,
 )
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
+from animegamer.models.transformers.transformer_animegamer import (
+    DEFAULT_MOTION_SCOPES,
+    AnimeGamerTransformer3DModel,
+)
+from animegamer.pipelines.animegamer.pipeline_animegamer import write_model_index
+from animegamer.pipelines.animegamer.sampling import save_scheduler
 
 LAYERNORM_EPS = 1e-5
 TRANSFORMER_SHARD_SIZE = "2GB"

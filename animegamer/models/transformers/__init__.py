@@ -1,0 +1,1 @@
+"""The denoising transformers, one per module, named as in diffusers' `models/transformers/`."""

@@ -1,0 +1,194 @@
+"""`AnimeGamerTransformer3DModel`: the CogVideoX-2B transformer conditioned on the game-state
+model's representation and a motion scope (docs/design.md §4), and its motion-scope table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from numbers import Integral
+from typing import Any
+
+import torch
+
+# The classes come from their defining modules: to a type checker, diffusers' top-level names
+# are its placeholder classes for a missing torch (the same objects at run time either way).
+from diffusers.configuration_utils import register_to_config
+from diffusers.models.embeddings import TimestepEmbedding, Timesteps
+from diffusers.models.modeling_outputs import Transformer2DModelOutput
+from diffusers.models.modeling_utils import ModelMixin  # noqa: F401  (see the class's doc)
+from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
+from torch import nn
+
+from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.models.decoder_defaults import DEFAULT_LATENT_SIZE, DEFAULT_SAMPLE_FRAMES
+from animegamer.models.noise_prior import FrameCorrelatedNoise
+
+DEFAULT_MOTION_SCOPES: tuple[float, ...] = (0.5, 1.0, 5.0, 20.0, 40.0)
+"""The released demo's table: motion level ML 1..5 → motion-scope value."""
+
+
+class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
+    """CogVideoX-2B with AnimeGamer's conditioning.
+
+    * `encoder_hidden_states` are already `inner_dim` wide (the game-state model's 226-vector
+      representation), so the text projection is the identity.
+    * The motion scope goes through the stock `ofs` argument: sinusoid of width `inner_dim`
+      (cos first, shift 0) → Linear(inner_dim, time_embed_dim) → SiLU → Linear, added to the
+      timestep embedding. `ofs` holds one value per shot; a batch that repeats its shots (the
+      [uncond, cond] halves of classifier-free guidance) repeats it to match, so a cache hook
+      that drops the unconditional half (FasterCache) needs nothing split but the batch.
+    * `uncond_representation` [226, inner_dim] is the unconditional row of the CFG batch, a
+      constant of the released weights.
+    * `motion_scopes` (config) maps motion level 1..5 to the scope value fed as `ofs`.
+    * `motion_scope_scale` multiplies the scope before its sinusoid. The release's is 1 (its
+      scopes span 0.5–40). A world whose scopes span 1–7 sets it to ~100, so they spread over
+      the frequencies as timesteps 0–999 do; at 1 only the few fastest channels tell 1 from 7.
+    * `noise_correlation` is the correlation over frames of the diffusion noise the model was
+      trained on (`FrameCorrelatedNoise`); the release's is 0, independent noise.
+    * `reference_channels` > 0 adds a spatial reference, as CogVideoX's image-to-video model
+      concatenates an image's latent to the noisy one: the representation's image tokens (the
+      first frame's 14×14 patch grid) are projected to that many channels, resized to the
+      latent's height and width and given to every latent frame as extra input channels (the
+      background stays where the first frame has it; the positional embedding says which frame
+      is the first). Joint attention alone has to learn which of the 196 tokens lies where in
+      the latent; a model trained from scratch on a CPU does not learn that in its budget and
+      paints an average scene (docs/nano-experiments.md). The release's is 0.
+
+    The config holds this class's arguments only: the parent's own (`text_embed_dim`, ...)
+    follow from them and are left out through `ignore_for_config`. `ModelMixin` is imported
+    into this module on purpose: diffusers resolves the loading method of a component declared
+    as `[<this module>, "AnimeGamerTransformer3DModel"]` in `model_index.json` from the names
+    that module holds.
+    """
+
+    # `ConfigMixin` declares it unannotated (an instance `list`), so no `ClassVar` matches it.
+    ignore_for_config = [  # noqa: RUF012
+        "text_embed_dim", "flip_sin_to_cos", "freq_shift", "dropout", "attention_bias",
+        "activation_fn", "timestep_activation_fn", "norm_elementwise_affine",
+        "use_rotary_positional_embeddings", "use_learned_positional_embeddings", "patch_bias",
+        "ofs_embed_dim",
+    ]
+
+    @register_to_config
+    def __init__(
+        self,
+        num_attention_heads: int = 30,
+        attention_head_dim: int = 64,
+        in_channels: int = 16,
+        out_channels: int = 16,
+        time_embed_dim: int = 512,
+        num_layers: int = 30,
+        sample_width: int = DEFAULT_LATENT_SIZE[1],
+        sample_height: int = DEFAULT_LATENT_SIZE[0],
+        sample_frames: int = DEFAULT_SAMPLE_FRAMES,
+        patch_size: int = 2,
+        patch_size_t: int | None = None,
+        temporal_compression_ratio: int = 4,
+        max_text_seq_length: int = REPRESENTATION_TOKENS,
+        norm_eps: float = 1e-5,
+        final_norm_eps: float = 1e-6,
+        spatial_interpolation_scale: float = 1.875,
+        temporal_interpolation_scale: float = 1.0,
+        motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
+        motion_scope_scale: float = 1.0,
+        noise_correlation: float = 0.0,
+        reference_channels: int = 0,
+    ):
+        FrameCorrelatedNoise(noise_correlation)  # checks its range
+        if reference_channels < 0:
+            raise ValueError(f"reference_channels must be at least 0, got {reference_channels}")
+        if motion_scope_scale <= 0:
+            raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
+        if len(motion_scopes) != 5 or any(float(v) <= 0 for v in motion_scopes):
+            raise ValueError(f"motion_scopes needs 5 positive values, got {list(motion_scopes)}")
+        inner_dim = num_attention_heads * attention_head_dim
+        super().__init__(
+            num_attention_heads=num_attention_heads,
+            attention_head_dim=attention_head_dim,
+            in_channels=in_channels + reference_channels,
+            out_channels=out_channels,
+            time_embed_dim=time_embed_dim,
+            text_embed_dim=inner_dim,
+            num_layers=num_layers,
+            sample_width=sample_width,
+            sample_height=sample_height,
+            sample_frames=sample_frames,
+            patch_size=patch_size,
+            patch_size_t=patch_size_t,
+            temporal_compression_ratio=temporal_compression_ratio,
+            max_text_seq_length=max_text_seq_length,
+            norm_eps=norm_eps,
+            spatial_interpolation_scale=spatial_interpolation_scale,
+            temporal_interpolation_scale=temporal_interpolation_scale,
+        )
+        # The parent's __init__ recorded the channels it reads, the reference's included.
+        self.register_to_config(in_channels=in_channels)
+        # diffusers declares the text projection a Linear; here it is deliberately the identity.
+        self.patch_embed.text_proj = nn.Identity()  # type: ignore[assignment]
+        self.norm_out.norm.eps = final_norm_eps
+        # `Timesteps` annotates `scale` as int; it only multiplies the sinusoid's arguments
+        self.ofs_proj = Timesteps(
+            inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0,
+            scale=motion_scope_scale,  # type: ignore[arg-type]
+        )
+        self.ofs_embedding = TimestepEmbedding(inner_dim, time_embed_dim, "silu")
+        self.register_buffer(
+            "uncond_representation", torch.zeros(max_text_seq_length, inner_dim), persistent=True
+        )
+        self.reference_proj = (
+            nn.Linear(inner_dim, reference_channels) if reference_channels else None
+        )
+
+    def spatial_reference(self, encoder_hidden_states: torch.Tensor, frames: int, height: int,
+                          width: int) -> torch.Tensor:
+        """[B, frames, reference_channels, height, width]: the image tokens' projection laid on
+        their 14×14 grid and resized to the latent, the same in every frame."""
+        assert self.reference_proj is not None
+        batch = encoder_hidden_states.shape[0]
+        side = math.isqrt(IMAGE_TOKENS)
+        grid = self.reference_proj(encoder_hidden_states[:, TEXT_TOKENS:])
+        grid = grid.transpose(1, 2).reshape(batch, -1, side, side)
+        reference = nn.functional.interpolate(grid, size=(height, width), mode="bilinear",
+                                              align_corners=False)
+        return reference[:, None].expand(batch, frames, *reference.shape[1:])
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        timestep: int | float | torch.LongTensor,
+        timestep_cond: torch.Tensor | None = None,
+        ofs: int | float | torch.Tensor | None = None,
+        image_rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attention_kwargs: dict[str, Any] | None = None,
+        return_dict: bool = True,
+    ) -> tuple[torch.Tensor] | Transformer2DModelOutput:
+        """The parent's forward, with `ofs` repeated over the batch's copies of its shots and
+        the spatial reference concatenated to the latent's channels when the model has one."""
+        batch = hidden_states.shape[0]
+        if isinstance(ofs, torch.Tensor) and ofs.ndim == 1 and ofs.shape[0] != batch:
+            if batch % ofs.shape[0]:
+                raise ValueError(f"ofs has {ofs.shape[0]} values for a batch of {batch}")
+            ofs = ofs.repeat(batch // ofs.shape[0])
+        if self.reference_proj is not None:
+            frames, _, height, width = hidden_states.shape[1:]
+            reference = self.spatial_reference(encoder_hidden_states, frames, height, width)
+            hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
+        return super().forward(hidden_states, encoder_hidden_states, timestep, timestep_cond,
+                               ofs, image_rotary_emb, attention_kwargs, return_dict)
+
+
+def is_int(value: object) -> bool:
+    """An integral number (numpy's too), not a bool. (`int` is an `Integral` only at run time:
+    type checkers do not see the ABC registration, so this is not a type guard.)"""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def motion_scope(config_or_model: object, level: int) -> float:
+    """The motion-scope value of motion level `level` (1..5) from a transformer or its config."""
+    # duck-typed: a model, its config (a dict), or any object with a `motion_scopes` attribute
+    config: Any = getattr(config_or_model, "config", config_or_model)
+    table = config["motion_scopes"] if isinstance(config, dict) else config.motion_scopes
+    if not is_int(level) or not 1 <= level <= len(table):
+        raise ValueError(f"motion level must be an int in 1..{len(table)}, got {level!r}")
+    return float(table[int(level) - 1])

@@ -1,0 +1,1 @@
+"""The diffusers pipelines, one folder each, named as in diffusers' `pipelines/`."""

@@ -1,0 +1,1 @@
+"""AnimeGamer's decoder pipeline: representation + motion level → an animation shot."""
