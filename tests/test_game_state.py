@@ -18,12 +18,12 @@ from animegamer.game.rules import Instruction
 from animegamer.models import game_state as game_state_module
 from animegamer.models import tokens
 from animegamer.models.game_state import (
-    FrameTokenRule,
     GameStateConfig,
     GameStateModel,
     GameStates,
 )
 from animegamer.models.game_state_defaults import GAME_STATE_CONFIG_NAME
+from animegamer.models.generation_rules import FrameTokenRule
 from animegamer.models.tiny_game_state import (
     save_tiny_game_state,
     tiny_game_state_model,
@@ -231,7 +231,7 @@ def test_predict_states_malformed_gives_zeros_and_warns(tiny_model, tiny_prompt,
                                                        caplog) -> None:
     monkeypatch.setattr(tiny_model, "generate_state_ids",
                         lambda *a, **k: torch.tensor([5, 6, 7]))
-    with caplog.at_level(logging.WARNING, logger="animegamer.models.game_state"):
+    with caplog.at_level(logging.WARNING, logger="animegamer.models.generation_rules"):
         assert tiny_model.predict_states(tiny_prompt.input_ids, [_representation(0)]) == (
             GameStates(0, 0, 0, 0))
     assert "malformed" in caplog.text

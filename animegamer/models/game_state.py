@@ -15,13 +15,11 @@ Its folder is a character folder's game-state part: `llm/` (loadable by
 from __future__ import annotations
 
 import copy
-import itertools
-import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import torch
 from accelerate.utils.memory import clear_device_cache
@@ -41,25 +39,19 @@ from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.game.rules import Instruction
 from animegamer.models.game_state_config import GameStateConfig
 from animegamer.models.game_state_defaults import LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER
+from animegamer.models.generation_rules import FrameTokenRule, StateGrammarRule, states_or_zeros
 from animegamer.models.tokens import (
     EOS_ID,
-    FRAME0_ID,
-    FRAME_END_ID,
-    FRAME_ID,
-    STATE_GRAMMAR,
     STATE_TOKENS_GENERATED,
-    STRENGTH_IDS,
     GameStates,
     HistoryTurn,
     Prompt,
     attention_mask_4d,
     build_prompt,
     load_tokenizer,
-    parse_state_ids,
 )
 
 __all__ = [
-    "FrameTokenRule",
     "GameStateConfig",
     "GameStateModel",
     "GameStateOutput",
@@ -68,37 +60,9 @@ __all__ = [
     "Resampler",
 ]
 
-logger = logging.getLogger(__name__)
-
 RELEASE_MAX_NEW_TOKENS = 200
 """What the released demo generates; the states are in the first `STATE_TOKENS_GENERATED`."""
-GENERATED_FRAME_TOKENS = 100
-"""Frame tokens the release's generation rule knows (`<frame_00000>`..`<frame_00099>`)."""
 RESAMPLER_NAMES = ("input_resampler", "output_resampler")
-
-
-class FrameTokenRule(LogitsProcessor):
-    """The release's logits rule for generated frame tokens.
-
-    After `<frame>` or `<frame_i>` (i < 100) the next token of the chain
-    `<frame>, <frame_00000>, …, <frame_00099>, </frame>` gets the row's max logit + 10 (forced
-    continuation); otherwise the logits of `<frame_00000..00099>` and `</frame>` are set to 0.0
-    (not −inf: they stay possible when every other logit is negative).
-    """
-
-    def __init__(self, num_frames: int = GENERATED_FRAME_TOKENS):
-        chain = [FRAME_ID, *range(FRAME0_ID, FRAME0_ID + num_frames), FRAME_END_ID]
-        self.successor = dict(itertools.pairwise(chain))
-        self.zeroed = torch.tensor(chain[1:], dtype=torch.long)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        for row, last in enumerate(input_ids[:, -1].tolist()):
-            forced = self.successor.get(last)
-            if forced is None:
-                scores[row, self.zeroed.to(scores.device)] = 0.0
-            else:
-                scores[row, forced] = scores[row].max() + 10.0
-        return scores
 
 
 class Resampler(nn.Module):
@@ -134,40 +98,8 @@ class GameStateOutput(ModelOutput):
     representation: torch.Tensor | None = None
 
 
-def _states_or_zeros(generated: list[int]) -> GameStates:
-    """The parsed states; malformed output gives all zeros, marked `unreadable`, and a
-    warning."""
-    states = parse_state_ids(generated)
-    if states is None:
-        logger.warning("malformed state tokens %s; using zeros", generated)
-        return GameStates(unreadable=True)
-    return states
-
-
 def _text(instruction: Instruction | str) -> str:
     return instruction if isinstance(instruction, str) else instruction.text
-
-
-class StateGrammarRule(LogitsProcessor):
-    """Holds the generated ids to `STATE_GRAMMAR` (models trained here): its fixed id where it
-    names one, the best `<Strength_v>` elsewhere. The fixed ids carry nothing, and a briefly
-    trained model (the CPU recipe's few steps) otherwise writes text tokens there, so its states
-    would all be unreadable; a model that follows the grammar decodes the same."""
-
-    def __init__(self, prompt_length: int):
-        self.prompt_length = prompt_length
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        position = input_ids.shape[1] - self.prompt_length
-        if position >= len(STATE_GRAMMAR):
-            return scores
-        allowed = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
-        expected = STATE_GRAMMAR[position]
-        if expected is None:
-            allowed[STRENGTH_IDS.start:STRENGTH_IDS.stop] = True
-        else:
-            allowed[expected] = True
-        return cast(torch.FloatTensor, scores.masked_fill(~allowed, float("-inf")))
 
 
 class GameStateModel(PreTrainedModel):
@@ -389,7 +321,7 @@ class GameStateModel(PreTrainedModel):
         """
         generated = self.generate_state_ids(input_ids, history_representations,
                                             max_new_tokens=STATE_TOKENS_GENERATED)
-        return _states_or_zeros(generated.tolist())
+        return states_or_zeros(generated.tolist())
 
     def predict(
         self,
@@ -419,12 +351,12 @@ class GameStateModel(PreTrainedModel):
                 representation, generated = self.represent_and_generate(
                     prompt.input_ids, representations
                 )
-                return representation, _states_or_zeros(generated)
+                return representation, states_or_zeros(generated)
             if shared_prefill:
                 representation, generated = self.represent_and_predict_states(
                     prompt.input_ids, representations
                 )
-                return representation, _states_or_zeros(generated)
+                return representation, states_or_zeros(generated)
             representation = self.represent(prompt.input_ids, representations)
             return representation, self.predict_states(prompt.input_ids, representations)
 
