@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from animegamer.__main__ import describe, main
+from animegamer.__main__ import main
 from animegamer.characters.hub import HubError
 from animegamer.characters.registry import load_registry
 from animegamer.game.savefile import load_game
+from animegamer.play import describe
 
 FIRST = "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
 SECOND = "Character: Qiqi; Motion: gently sit on railing; Background: day town."

@@ -134,7 +134,8 @@ def test_bad_input_is_one_line_and_nothing_is_touched(ten_fps, tmp_path, capsys,
         lines = (root / "answers.jsonl").read_text().splitlines()
         (root / "answers.jsonl").write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
     elif change == "recipe without data":
-        (root / "recipe.yaml").write_text(Path("recipes/nano-quick.yaml").read_text())
+        recipe = yaml.safe_load(Path("recipes/tiny-cpu.yaml").read_text())
+        (root / "recipe.yaml").write_text(yaml.safe_dump({**recipe, "data": None}))
         args += ["--recipe", str(root / "recipe.yaml")]
     else:
         args[3] = "Qiqi"

@@ -20,11 +20,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from animegamer.create.pipeline import DEFAULT_RECIPE, INPUT_ERRORS, CreateOptions, create
+from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 from animegamer.paths import DEFAULT_REGISTRY
-
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="REGISTRY", help="add the character to this registry file "
                         "(default: the one the app reads, assets/characters.yaml)")
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the clip stage")
+    add_verbose_flag(parser)
     parser.add_argument("--allow-unmatched", action="store_true",
                         help="train even when more than a tenth of the answers match no shot, "
                         "or their starts look like another unit (the summary gives the count)")
@@ -69,7 +68,7 @@ def run_example(argv: Sequence[str]) -> int:
                "--character", EXAMPLE_CHARACTER, "--reference-image", str(paths["reference"]),
                "--annotations", str(paths["answers"]), "--out", "OUT"]
     print("make a character of them: " + shlex.join(command))
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,6 +76,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["example"]:
         return run_example(argv[1:])
     args = build_parser().parse_args(argv)
+    configure_output(args.verbose)
+    if not args.verbose:
+        hide_progress_bars()
+    from animegamer.create.pipeline import (
+        DEFAULT_RECIPE,
+        INPUT_ERRORS,
+        CreateOptions,
+        create_character,
+    )
+
     options = CreateOptions(
         videos=args.videos, character=args.character, reference_image=args.reference_image,
         out=args.out, annotations=args.annotations, annotator=args.annotator,
@@ -84,14 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_proc=max(1, args.num_proc), allow_unmatched=args.allow_unmatched,
     )
     try:
-        create(options)
+        create_character(options)
     except INPUT_ERRORS as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to continue where it stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ what it did in the dataset's `work` folder under `OUT/dataset`, training checkpo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import time
@@ -138,35 +139,35 @@ def build_stage(prepared: Prepared, say: Callable[[str], None]) -> BuildResult:
 
 
 def train_stage(options: CreateOptions, prepared: Prepared, say: Callable[[str], None]) -> None:
-    from animegamer.train.__main__ import main as train
+    from animegamer.train.run import TRAINING_ERRORS, TrainOptions, train
 
-    argv = ["all", "--dataset", str(options.dataset), "--out", str(options.run), "--resume",
-            "--name", options.character]
-    for recipe in options.recipes:
-        argv += ["--config", str(recipe)]
     started = time.perf_counter()
-    if train(argv) != 0:
-        raise CreateError(f"training stopped (the error is above); rerun the same command to "
-                          f"continue from the last checkpoint in {options.run / 'checkpoints'}")
+    try:
+        train(options.recipes, options.dataset, options.run, "all",
+              TrainOptions(resume=True, name=options.character), say=lambda line: say(f"  {line}"))
+    except TRAINING_ERRORS as error:
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise CreateError(f"training stopped: {message}; rerun the same command to continue "
+                          f"from the last checkpoint in {options.run / 'checkpoints'}") from error
     prepared.seconds["train"] = time.perf_counter() - started
-    for line in loss_lines(options.run):
-        say(f"  {line}")
+    for phase, (steps, first, last) in phase_losses(options.run).items():
+        say(f"  {phase}: {steps} steps, loss {first:.4f} → {last:.4f}")
 
 
-def loss_lines(run: Path) -> list[str]:
+def phase_losses(run: Path) -> dict[str, tuple[int, float, float]]:
     """Each trained phase's steps and first and last loss (from OUT/run/logs)."""
-    lines = []
+    losses = {}
     for phase in PHASES:
         log = run / LOGS / phase / "losses.jsonl"
         records = read_losses(log) if log.is_file() else []
         if records:
             first, last = records[0], records[-1]
-            lines.append(f"{phase}: {int(last['step'])} steps, loss {first['loss']:.4f} → "
-                         f"{last['loss']:.4f}")
-    return lines
+            losses[phase] = (int(last["step"]), float(first["loss"]), float(last["loss"]))
+    return losses
 
 
-def register_stage(options: CreateOptions, say: Callable[[str], None]) -> None:
+def register_stage(options: CreateOptions, say: Callable[[str], None]) -> bool:
+    """List the character in `options.registry`; False when it was already there."""
     assert options.registry is not None
     rows = [row for split in read_rows(options.dataset).values() for row in split]
     new = entry(options.character, options.character_dir, options.registry, rows)
@@ -175,6 +176,7 @@ def register_stage(options: CreateOptions, say: Callable[[str], None]) -> None:
     state = "added to" if added else "already in"
     say(f"  {options.character} {state} {options.registry} (converted: {repo}, relative to "
         "the registry file's folder)")
+    return added
 
 
 def play_command(options: CreateOptions, rows: Sequence[dict]) -> str:
@@ -190,8 +192,28 @@ def play_command(options: CreateOptions, rows: Sequence[dict]) -> str:
     return prefix + shlex.join(command)
 
 
-def create(options: CreateOptions, say: Callable[[str], None] = print) -> Path:
-    """Run every stage; returns the character folder. Errors as `prepare`'s."""
+@dataclass(frozen=True)
+class CreateResult:
+    """What `create_character` made."""
+
+    character_dir: Path
+    """The character folder the engine plays (OUT/run/character)."""
+    dataset: Path
+    rows: dict[str, int]
+    """The dataset's shots per split."""
+    losses: dict[str, tuple[int, float, float]]
+    """Each trained phase's steps, first and last loss."""
+    registry: Path | None
+    """The registry file that lists the character, or None (not registered)."""
+    play_command: str | None
+    """The command that plays its first instruction (when registered)."""
+    seconds: dict[str, float]
+    """Wall time of the `data` and `train` stages."""
+
+
+def create_character(options: CreateOptions, say: Callable[[str], None] = print) -> CreateResult:
+    """Run every stage, telling `say` what each did. Errors as `prepare`'s, and `CreateError`
+    when a stage stops (a rerun with the same options continues)."""
     prepared = prepare(options)
     say(f"[1/3] data: {options.videos} → {options.dataset} "
         f"({prepared.data.clip_size[0]}×{prepared.data.clip_size[1]}, "
@@ -201,18 +223,25 @@ def create(options: CreateOptions, say: Callable[[str], None] = print) -> Path:
     say(f"[2/3] training: {' + '.join(map(str, options.recipes))} → {options.run}")
     train_stage(options, prepared, say)
     say(f"  time: {prepared.seconds['train']:.1f} s; character folder: {options.character_dir}")
-    rows = read_rows(options.dataset).get("train", [])
+    splits = read_rows(options.dataset)
+    result = CreateResult(
+        character_dir=options.character_dir, dataset=options.dataset,
+        rows={split: len(rows) for split, rows in splits.items()},
+        losses=phase_losses(options.run), registry=options.registry, play_command=None,
+        seconds=dict(prepared.seconds),
+    )
     if options.registry is None:
         say("[3/3] registry: not registered (add --register to list it in assets/characters.yaml, "
             "or --register FILE)")
         say(f"done in {sum(prepared.seconds.values()):.0f} s. Register it to play it.")
-        return options.character_dir
+        return result
     say(f"[3/3] registry: {options.registry}")
     register_stage(options, say)
+    command = play_command(options, splits.get("train", []))
     say(f"done in {sum(prepared.seconds.values()):.0f} s. Play it:")
-    say(play_command(options, rows))
-    return options.character_dir
+    say(command)
+    return dataclasses.replace(result, play_command=command)
 
 
 INPUT_ERRORS = (CreateError, DataError, RecipeError, RegistryError)
-"""The errors `create` reports as one line (exit status 2)."""
+"""The errors `create_character` raises for input it cannot use, each one line."""

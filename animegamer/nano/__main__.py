@@ -8,36 +8,24 @@
 `world` renders one dataset per character, DATASETS/<character>/ (N shots each, in the data
 pipeline's format). `train` trains one model set per character, as the release has one per
 film: the world's VAE once on every character's clips (RUN/vae/), then each character's phases
-a, b, c on its own dataset only (`python -m animegamer.train all --vae RUN/vae` with
-`recipes/nano.yaml`, into RUN/<character>/). `--install` puts the trained folders where the app
-plays them without a GPU: `assets/nano/vae/` once, and `assets/nano/<character>/`, whose
-manifest names the shared VAE (`convert.character.vae_folder`).
+a, b, c on its own dataset only (`animegamer.train.train` with `recipes/nano.yaml`, into
+RUN/<character>/). `--install` puts the trained folders where the app plays them without a GPU:
+`assets/nano/vae/` once, and `assets/nano/<character>/`, whose manifest names the shared VAE
+(`convert.character.vae_folder`). The functions: `animegamer.nano.pipeline`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from animegamer.characters.conversion.errors import ConversionError
+from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_OK
+from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 from animegamer.data.episodes import TEST_FRACTION
-from animegamer.data.errors import DataError
-from animegamer.nano import NANO_WORLD
 from animegamer.nano.tower import TowerTraining
-from animegamer.paths import DEFAULT_NANO_DIR, PACKAGE_ROOT
-
-EXIT_ERROR = 2
-NANO_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano.yaml"
-QUICK_RECIPE = PACKAGE_ROOT.parent / "recipes" / "nano-quick.yaml"
-NANO_MAX_BYTES = 60 * 1024**2
-"""What the repository ships of Nano's weights (every character and the shared VAE), at most."""
-VAE = "vae"
-"""The world's VAE, shared by its characters: RUN/vae/ and assets/nano/vae/."""
+from animegamer.paths import DEFAULT_NANO_DIR
 
 
 def _add_world(commands: argparse._SubParsersAction) -> None:
@@ -58,6 +46,7 @@ def _add_world(commands: argparse._SubParsersAction) -> None:
                             f"from (default {TowerTraining().steps}; tests use a few)")
     world.add_argument("--workers", type=int, default=2,
                        help="threads measuring and encoding shots (default 2)")
+    add_verbose_flag(world)
     world.set_defaults(run=run_world)
 
 
@@ -74,6 +63,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--resume", action="store_true", help="continue an interrupted run")
     train.add_argument("--install", action="store_true",
                        help=f"copy the trained characters to {DEFAULT_NANO_DIR} for the app")
+    add_verbose_flag(train)
     train.set_defaults(run=run_train)
 
 
@@ -86,140 +76,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def character_key(character: str) -> str:
-    """A character's folder name: its name in lower case (datasets, runs, assets/nano)."""
-    return character.casefold()
-
-
 def run_world(args: argparse.Namespace) -> int:
-    from animegamer.nano.world import WorldOptions, build_world
+    from animegamer.nano.pipeline import build_datasets
 
-    if min(args.shots, args.episode_length, args.workers, args.tower_steps) < 1:
-        raise DataError("--shots, --episode-length, --workers and --tower-steps must be at least 1")
-    if not 0 <= args.test_fraction < 1:
-        raise DataError("--test-fraction must be in [0, 1)")
-    keys = [character_key(character) for character in args.characters]
-    if len(set(keys)) != len(keys):
-        raise DataError(f"--characters names a character twice: {' '.join(args.characters)}")
-    for character in args.characters:
-        options = WorldOptions(
-            out=args.out / character_key(character), shots=args.shots, seed=args.seed,
-            episode_length=args.episode_length, characters=(character,),
-            test_fraction=args.test_fraction, workers=args.workers,
-            tower=TowerTraining(steps=args.tower_steps, seed=args.seed),
-        )
-        started = time.perf_counter()
-        try:
-            report = build_world(options)
-        except (ValueError, FileExistsError) as error:
-            raise DataError(str(error)) from None
-        seconds = time.perf_counter() - started
-        rows = report["stages"]["rows"]
+    for built in build_datasets(
+        args.out, shots=args.shots, seed=args.seed, episode_length=args.episode_length,
+        characters=args.characters, test_fraction=args.test_fraction,
+        tower_steps=args.tower_steps, workers=args.workers,
+    ):
         print(
-            f"nano world: {character}: {args.shots} shots "
-            f"({', '.join(f'{n} {s}' for s, n in rows.items())}) in "
-            f"{report['episodes']['count']} episodes, seed {args.seed}, {seconds:.1f} s "
-            f"({args.shots / seconds:.1f} shots/s) → {options.out}"
+            f"nano world: {built.character}: {args.shots} shots "
+            f"({', '.join(f'{n} {s}' for s, n in built.rows.items())}) in {built.episodes} "
+            f"episodes, seed {args.seed}, {built.seconds:.1f} s "
+            f"({args.shots / built.seconds:.1f} shots/s) → {built.folder}"
         )
-    return 0
-
-
-def character_datasets(folder: Path) -> dict[str, Path]:
-    """The character datasets `world` wrote under `folder`, by folder name."""
-    from animegamer.data import layout
-
-    datasets = {path.parent.name: path.parent
-                for path in sorted(Path(folder).glob(f"*/{layout.REPORT}"))}
-    if not datasets:
-        raise DataError(f"{folder} holds no character dataset (`python -m animegamer.nano world "
-                        f"--out {folder}` writes one per character)")
-    return datasets
+    return EXIT_OK
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from animegamer.train.__main__ import CHARACTER
-    from animegamer.train.__main__ import main as train
+    from animegamer.nano.pipeline import NANO_RECIPE, QUICK_RECIPE, train_world
 
-    datasets = character_datasets(args.dataset)
     recipe = args.recipe or (QUICK_RECIPE if args.quick else NANO_RECIPE)
-    train_world_vae(list(datasets.values()), args.out, recipe, args.resume)
-    for key, dataset in datasets.items():
-        print(f"nano train: {key}")
-        command = ["all", "--dataset", str(dataset), "--out", str(args.out / key),
-                   "--config", str(recipe), "--vae", str(args.out / VAE)]
-        code = train([*command, "--resume"] if args.resume else command)
-        if code:
-            return code
-    if not args.install:
-        return 0
-    characters = {key: args.out / key / CHARACTER for key in datasets}
-    install(args.out / VAE, characters, DEFAULT_NANO_DIR)
-    print(f"installed: {DEFAULT_NANO_DIR} ({', '.join(characters)}; the app plays them "
-          "without a GPU)")
-    return 0
-
-
-def train_world_vae(datasets: Sequence[Path], out: Path, recipe: Path, resume: bool) -> Path:
-    """The world's VAE (OUT/vae/), trained once on every character's train clips by the
-    recipe's `vae` section; kept as it is on `resume` when it was finished."""
-    from animegamer.train.loop import losses_path
-    from animegamer.train.recipe import RecipeError, load_recipe
-    from animegamer.train.vae import train_vae
-
-    target = out / VAE
-    if resume and (target / "config.json").is_file():
-        print(f"vae: kept {target}")
-        return target
-    section = load_recipe(recipe).vae
-    if section is None:
-        raise RecipeError(f"{recipe}: the recipe has no 'vae' section (the world's VAE)")
-    train_vae(datasets, target, section, losses=losses_path(out, VAE))
-    print(f"vae: wrote {target}")
-    return target
-
-
-def install(vae: Path, characters: Mapping[str, Path], target: Path) -> Path:
-    """Put the shared `vae` in target/vae/ and each trained character folder in
-    target/<key>/ without its own VAE, its manifest naming the shared one, within the
-    repository's size budget; `target` is replaced only once the new one is complete."""
-    from animegamer.characters.conversion.character import check_layout
-
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(vae, staging / VAE, ignore=shutil.ignore_patterns("*.jsonl"))
-    for key, character in characters.items():
-        check_layout(character)
-        shutil.copytree(character, staging / key, ignore=shutil.ignore_patterns(VAE))
-        share_vae(staging / key, VAE)
-        check_layout(staging / key)
-    size = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
-    if size > NANO_MAX_BYTES:
-        shutil.rmtree(staging)
-        raise DataError(f"the Nano folders hold {size / 1024**2:.1f} MiB; the repository ships "
-                        f"at most {NANO_MAX_BYTES / 1024**2:.0f} MiB of Nano weights")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return target
-
-
-def share_vae(character: Path, vae: str) -> None:
-    """Make the manifest of `character` name the VAE folder `vae` beside it, and the Nano
-    world (`NANO_WORLD`: evaluation runs the world's probes on it)."""
-    from animegamer.characters.conversion.character import MANIFEST_NAME, SHARED_VAE_KEY, WORLD_KEY
-
-    path = character / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest.update({SHARED_VAE_KEY: vae, WORLD_KEY: NANO_WORLD})
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    trained = train_world(args.dataset, args.out, recipe, args.resume,
+                          install_to=DEFAULT_NANO_DIR if args.install else None)
+    if trained.installed is not None:
+        print(f"installed: {trained.installed} ({', '.join(trained.characters)}; the app plays "
+              "them without a GPU)")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_output(args.verbose)
+    if not args.verbose:
+        hide_progress_bars()
+    from animegamer.characters.conversion.errors import ConversionError
+    from animegamer.data.errors import DataError
+
     command: Callable[[argparse.Namespace], int] = args.run
     try:
         return command(args)
-    except (DataError, ConversionError, ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (DataError, ConversionError, ValueError, OSError, ImportError,
+            FloatingPointError) as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_ERROR
 
 

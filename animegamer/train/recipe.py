@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -226,8 +228,8 @@ class DataRecipe(_Section):
 
 LLM_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """Phase b's LoRA targets: the language model's attention and MLP projections."""
-NANO_WORLD_WORDS = "nano-world"
-"""`TinySpec.words` written so: the Nano world's vocabulary."""
+WORD_LISTS = "word_lists"
+"""The validation context's key of the named word lists (`load_recipe`'s `word_lists`)."""
 
 
 class CharacterInit(_Section):
@@ -249,17 +251,21 @@ class TinySpec(_Section):
     num_hidden_layers: int = Field(2, ge=1)
     words: tuple[str, ...] = ()
     """Whole-word tokens of the tokenizer (`build_tiny_base_tokenizer`): a small world's
-    vocabulary, so that the model reads each of its words from one token. A recipe may write
-    `words: nano-world` for the Nano world's words (`animegamer.nano.vocabulary.world_words`)."""
+    vocabulary, so that the model reads each of its words from one token. A recipe may name a
+    word list instead (`words: nano-world`), which whoever loads it supplies (`load_recipe`'s
+    `word_lists`: the Nano commands give the Nano world's)."""
 
     @field_validator("words", mode="before")
     @classmethod
-    def _world_words(cls, words: object) -> object:
-        if words == NANO_WORLD_WORDS:
-            from animegamer.nano.vocabulary import world_words
-
-            return world_words()
-        return words
+    def _named_words(cls, words: object, info: ValidationInfo) -> object:
+        if not isinstance(words, str):
+            return words
+        lists: Mapping[str, Sequence[str]] = (info.context or {}).get(WORD_LISTS, {})
+        if words not in lists:
+            known = ", ".join(lists) or "none"
+            raise ValueError(f"the word list {words!r} is not given here (given: {known}); "
+                             "the command of the world it belongs to supplies it")
+        return tuple(lists[words])
 
 
 class TinyGameStateInit(_Section):
@@ -329,11 +335,14 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_recipe(*paths: str | Path) -> Recipe:
+def load_recipe(
+    *paths: str | Path, word_lists: Mapping[str, Sequence[str]] | None = None
+) -> Recipe:
     """Read and validate a recipe YAML file; `RecipeError` naming the file and each bad field.
 
     Several files make one recipe (`recipes/paper-*.yaml`, one phase each): a field may come
-    from several files only with the same value."""
+    from several files only with the same value. `word_lists` are the word lists the recipe
+    may name by name (`TinySpec.words`)."""
     if not paths:
         raise RecipeError("no recipe file given")
     merged: dict[str, Any] = {}
@@ -347,7 +356,7 @@ def load_recipe(*paths: str | Path) -> Recipe:
             merged[key], source[key] = value, path
     name = " + ".join(str(path) for path in paths)
     try:
-        return Recipe.model_validate(merged)
+        return Recipe.model_validate(merged, context={WORD_LISTS: word_lists or {}})
     except ValidationError as error:
         problems = "; ".join(f"{_location(e)}: {e['msg']}" for e in error.errors())
         raise RecipeError(f"{name}: {problems}") from None

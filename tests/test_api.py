@@ -1,0 +1,73 @@
+"""The Python API under the commands: `create_character` and `train` called as functions, on the
+example video set with the tests' tiny recipe, return what they wrote and its numbers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from animegamer.characters.registry import load_registry
+from animegamer.create import CreateOptions, create_character
+from animegamer.create.example import EXAMPLE_CHARACTER, render_shots, write_example
+from animegamer.train import TrainOptions, train
+
+TINY_RECIPE = Path("recipes/tiny-cpu.yaml")
+SHOTS = 12
+
+
+@pytest.fixture(scope="module")
+def created(tmp_path_factory):
+    root = tmp_path_factory.mktemp("api")
+    paths = write_example(root / "example", render_shots()[:SHOTS])
+    shutil.copy("assets/characters.yaml", root / "characters.yaml")
+    shutil.copytree("assets/avatars", root / "avatars")
+    said: list[str] = []
+    options = CreateOptions(
+        videos=paths["videos"], character=EXAMPLE_CHARACTER,
+        reference_image=paths["reference"], annotations=paths["answers"], out=root / "kiki",
+        recipes=(TINY_RECIPE,), registry=root / "characters.yaml",
+    )
+    return root, create_character(options, say=said.append), said
+
+
+def test_create_character_returns_the_folder_it_registered_and_the_training_numbers(created):
+    root, result, said = created
+    recipe = yaml.safe_load(TINY_RECIPE.read_text())
+    assert result.character_dir == root / "kiki" / "run" / "character"
+    assert (result.character_dir / "model_index.json").is_file()
+    assert result.dataset == root / "kiki" / "dataset"
+    assert sum(result.rows.values()) == SHOTS and result.rows["train"] > 0
+    decoder_steps = recipe["decoder"]["warmup_steps"] + recipe["decoder"]["joint_steps"]
+    assert {phase: steps for phase, (steps, _, _) in result.losses.items()} == {
+        "decoder": decoder_steps, "game_state": recipe["game_state"]["steps"],
+        "adapt": recipe["adapt"]["steps"],
+    }
+    listed = load_registry(root / "characters.yaml").get(EXAMPLE_CHARACTER)
+    assert (root / listed.converted.repo).resolve() == result.character_dir.resolve()
+    assert result.play_command is not None and result.play_command == said[-1]
+    assert f"--character {EXAMPLE_CHARACTER}" in result.play_command
+    assert set(result.seconds) == {"data", "train"}
+
+
+def test_train_runs_one_phase_and_says_where_max_steps_stopped(created, tmp_path):
+    _, result, _ = created
+    said: list[str] = []
+    first = train(TINY_RECIPE, result.dataset, tmp_path / "run", phases="decoder",
+                  options=TrainOptions(max_steps=1), say=said.append)
+    assert first.stopped == "decoder" and first.written == {}
+    assert said == ["decoder: stopped by --max-steps; continue with --resume"]
+    resumed = train(TINY_RECIPE, result.dataset, tmp_path / "run", phases="decoder",
+                    options=TrainOptions(resume=True), say=said.append)
+    assert resumed.stopped is None
+    assert resumed.written == {"decoder": tmp_path / "run" / "decoder"}
+    assert (tmp_path / "run" / "decoder" / "model_index.json").is_file()
+
+
+def test_train_refuses_an_unknown_phase_before_any_compute(created, tmp_path):
+    _, result, _ = created
+    with pytest.raises(ValueError, match="phases 'everything'"):
+        train(TINY_RECIPE, result.dataset, tmp_path / "run", phases="everything")
+    assert not (tmp_path / "run").exists()
