@@ -3,6 +3,7 @@ example video set with the tests' tiny recipe, return what they wrote and its nu
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -71,3 +72,17 @@ def test_train_refuses_an_unknown_phase_before_any_compute(created, tmp_path):
     with pytest.raises(ValueError, match="phases 'everything'"):
         train(TINY_RECIPE, result.dataset, tmp_path / "run", phases="everything")
     assert not (tmp_path / "run").exists()
+
+
+def test_build_dataset_refuses_bad_options_before_writing(tmp_path):
+    from animegamer.data import BuildOptions, build_dataset
+    from animegamer.data.errors import DataError
+
+    paths = write_example(tmp_path / "example", render_shots()[:2])
+    options = BuildOptions(videos=paths["videos"], character=EXAMPLE_CHARACTER,
+                           reference_image=paths["reference"], out=tmp_path / "dataset")
+    with pytest.raises(DataError, match="one of the two"):
+        build_dataset(options)
+    with pytest.raises(DataError, match="--limit must be at least 1"):
+        build_dataset(dataclasses.replace(options, limit=0), annotations=paths["answers"])
+    assert not (tmp_path / "dataset").exists()

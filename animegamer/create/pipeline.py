@@ -20,13 +20,13 @@ from pathlib import Path
 
 from animegamer.characters.registry import RegistryError
 from animegamer.create.register import check_name_free, entry, register
-from animegamer.data.__main__ import summary
 from animegamer.data.annotate import Annotator, AnswerFile, VisionLanguageModel
 from animegamer.data.build import BuildOptions, BuildResult, build, check_inputs, find_videos
 from animegamer.data.dataset import read_rows
 from animegamer.data.errors import DataError
 from animegamer.data.extract import ExtractOptions
 from animegamer.data.features import ShotFeatureExtractor, feature_extractor
+from animegamer.data.pipeline import summary
 from animegamer.paths import DEFAULT_REGISTRY, PACKAGE_ROOT
 from animegamer.train.loop import LOGS, read_losses
 from animegamer.train.recipe import DataRecipe, Recipe, RecipeError, load_recipe
