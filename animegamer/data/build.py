@@ -52,7 +52,9 @@ from animegamer.data.store import append_record, read_records, write_atomic, wri
 from animegamer.game.rules import MAX_FIELD_CHARS, normalise_field
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".ts", ".mpg", ".mpeg")
-WORK_FORMAT = 1
+WORK_FORMAT = 2
+"""2: cuts by four detectors and the foreground's discontinuity (a build of format 1 found other
+cuts, so its clips are not continued)."""
 EMPTY_AS_NULL = ("character_present", "social", "entertainment", "stamina")
 """Answer fields the template leaves null (a flag or a number), the others empty text."""
 

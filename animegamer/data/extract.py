@@ -21,6 +21,7 @@ from animegamer.data.shots import (
     ADAPTIVE_THRESHOLD,
     CLIP_FPS,
     CUT_THRESHOLD,
+    DISCONTINUITY_THRESHOLD,
     Clip,
     CutDetector,
     CutOptions,
@@ -44,6 +45,7 @@ class ExtractOptions:
     min_moving: float = MIN_MOVING
     flow_method: str = "farneback"
     adaptive_threshold: float = ADAPTIVE_THRESHOLD
+    discontinuity_threshold: float = DISCONTINUITY_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ def extract_video(job: VideoJob, options: ExtractOptions) -> dict[str, Any]:
     if problem:
         return _finish(job, record, status="failed", reason=f"{job.path}: {problem}")
     truncated = truncation(job.path)
-    detector = CutDetector(CutOptions(options.threshold, options.adaptive_threshold))
+    detector = CutDetector(CutOptions(options.threshold, options.adaptive_threshold,
+                                      options.discontinuity_threshold))
     stream = FrameStream(job.path, info, options.height, options.width)
     stats = CutStats()
     kept = static = 0
@@ -118,6 +121,7 @@ def extract_video(job: VideoJob, options: ExtractOptions) -> dict[str, Any]:
         static=static, complete=complete, variable_frame_rate=stream.variable_frame_rate,
         width=info.width, height=info.height, fps=info.fps,
         cuts=[cut.record() for cut in detector.cuts],
+        motion_spikes=[spike.record() for spike in detector.spikes],
     )
     return _finish(job, record, status="done")
 

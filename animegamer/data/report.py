@@ -36,6 +36,7 @@ def _videos(records: Sequence[Mapping[str, Any]], found: int) -> dict[str, Any]:
         "no_cuts": sorted(r["video"] for r in done if r["segments"] == 1),
         "variable_frame_rate": sorted(r["video"] for r in done if r["variable_frame_rate"]),
         "cuts": {r["video"]: r.get("cuts", []) for r in done},
+        "motion_spikes": {r["video"]: r.get("motion_spikes", []) for r in done},
     }
 
 
@@ -60,9 +61,11 @@ def make_report(
     split: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report as a JSON-ready dict; deterministic (no times), so a resumed build writes the
-    same report as an uninterrupted one. `videos.cuts` lists each video's cuts with both
-    detectors' scores (`shots.Cut`); `answers` says which answers of a file matched no shot and
-    which shots have none; `split` how the test split was chosen (`episodes.Split`)."""
+    same report as an uninterrupted one. `videos.cuts` lists each video's cuts with the
+    detectors that found them and every score (`shots.Cut`), `videos.motion_spikes` the
+    detectors' findings judged as motion inside a shot; `answers` says which answers of
+    a file matched no shot and which shots have none; `split` how the test split was chosen
+    (`episodes.Split`)."""
     every_row = [row for split in rows.values() for row in split]
     episodes = Counter(row["episode_id"] for row in every_row)
     done = [v for v in videos if v["status"] == "done"]

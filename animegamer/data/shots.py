@@ -1,5 +1,6 @@
-"""Cut detection (PySceneDetect's content and adaptive detectors, combined) and cutting a frame
-stream into clips.
+"""Cut detection (PySceneDetect's content, adaptive, hash and histogram detectors, combined, with
+the foreground's discontinuity for the adaptive detector's spikes) and cutting a frame stream
+into clips.
 
 Words: a *segment* is the footage between two detected cuts; a *shot* (the paper's animation
 shot, one row of the dataset) is one clip of `CLIP_FRAMES` frames at `CLIP_FPS` taken from a
@@ -16,9 +17,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scenedetect import AdaptiveDetector, ContentDetector, FrameTimecode, StatsManager
-from scenedetect.detector import FlashFilter
+from scenedetect import (
+    AdaptiveDetector,
+    ContentDetector,
+    FrameTimecode,
+    HashDetector,
+    HistogramDetector,
+    StatsManager,
+)
+from scenedetect.detector import FlashFilter, SceneDetector
 
+from animegamer.data.continuity import Continuity
 from animegamer.data.decode import DECODE_FPS
 from animegamer.video.writer import DEFAULT_FPS
 
@@ -38,17 +47,20 @@ CUT_THRESHOLD = 27.0
 wherever it happens."""
 ADAPTIVE_THRESHOLD = 2.5
 """A frame whose content score is this many times the mean of its neighbours'
-(`ADAPTIVE_WINDOW` distinct frames each side) starts a new segment. This finds the cuts the
-content threshold misses, between two shots on one background that differ only in where the
-character stands, what it does or the framing: their content scores (5 to 27) are those of
-motion inside a shot, but they stand out from the frames around them. On the example videos
-(`animegamer.create.example`) such cuts score 2.9 to 120 and motion inside a shot at most 1.3;
-a cut into a shot of fast motion scores lowest. PySceneDetect's default, 3.0, misses some."""
+(`ADAPTIVE_WINDOW` distinct frames each side) is a spike: a cut between two shots on one
+background that differ only in where the character stands, what it does or the framing (content
+scores 4.9 to 27, those of motion inside a shot), or a fast motion; `DISCONTINUITY_THRESHOLD`
+tells which. PySceneDetect's default, 3.0, misses some cuts into a shot of fast motion."""
 ADAPTIVE_WINDOW = 2
-MIN_CONTENT = 6.0
-"""The adaptive detector's floor: a spike below this content score is motion, not a cut
-(PySceneDetect's default, 15, misses cuts between shots on one background; a small square
-turning back scores 5.5 in `tests/test_data_shots.py`)."""
+MIN_CONTENT = 3.0
+"""The adaptive detector's floor: a spike below this content score is noise (a near-still
+frame's compression changes give ratios in the hundreds at scores under 1; a figure's stance
+change scores 2)."""
+DISCONTINUITY_THRESHOLD = 0.3
+"""A spike is a cut when no frame of the second after it comes closer to a frame of the second
+before than this share of the change across it (`continuity`): inside a shot a fast attack
+returns to its stance (0.0 in `tests/test_data_figure_cuts.py`), across a cut the figure's
+place or pose stays changed (0.6 to 1.0 there)."""
 MIN_SEGMENT_FRAMES = DECODE_FPS // 2
 """A cut closer than this to the previous one is ignored (flashes, flicker)."""
 DETECT_WIDTH = 256
@@ -60,21 +72,22 @@ the same for speed)."""
 class CutOptions:
     content_threshold: float = CUT_THRESHOLD
     adaptive_threshold: float = ADAPTIVE_THRESHOLD
+    discontinuity_threshold: float = DISCONTINUITY_THRESHOLD
 
 
 @dataclass(frozen=True)
 class Cut:
-    """A detected cut: the decoded frame it starts and its scores (the content score, and how
-    many times its neighbours' mean that is)."""
+    """A detected cut (or, with `cut` False, a spike judged as motion): the decoded frame it
+    starts, the detectors that found it, and every score there."""
 
     frame: int
-    content: float
-    ratio: float
+    found_by: tuple[str, ...]
+    scores: dict[str, float]
 
-    def record(self) -> dict[str, float]:
-        """The cut as the build report lists it (seconds, scores)."""
-        return {"start": round(self.frame / DECODE_FPS, 6), "content": round(self.content, 3),
-                "adaptive_ratio": round(self.ratio, 3)}
+    def record(self) -> dict[str, object]:
+        """The cut as the build report lists it (seconds, detectors, scores)."""
+        return {"start": round(self.frame / DECODE_FPS, 6), "found_by": list(self.found_by),
+                **{name: round(value, 3) for name, value in self.scores.items()}}
 
 
 def detection_size(height: int, width: int) -> tuple[int, int]:
@@ -85,64 +98,114 @@ def detection_size(height: int, width: int) -> tuple[int, int]:
     return max(16, round(height * DETECT_WIDTH / width)), DETECT_WIDTH
 
 
+def _detectors(options: CutOptions) -> dict[str, SceneDetector]:
+    """PySceneDetect's four detectors by name, at their defaults but for the thresholds named
+    in `options`, the adaptive detector's floor and the minimum segment length. Only the
+    content detector, whose finds are cuts, keeps that length itself (its flash filter uses
+    it); the others report every frame, since one of theirs may be judged as motion and must
+    not hide a cut that follows it (`CutDetector._settle` keeps cuts apart)."""
+    return {
+        "content": ContentDetector(threshold=options.content_threshold,
+                                   min_scene_len=MIN_SEGMENT_FRAMES,
+                                   filter_mode=FlashFilter.Mode.SUPPRESS),
+        "adaptive": AdaptiveDetector(adaptive_threshold=options.adaptive_threshold,
+                                     min_scene_len=1, window_width=ADAPTIVE_WINDOW,
+                                     min_content_val=MIN_CONTENT),
+        "hash": HashDetector(min_scene_len=1),
+        "histogram": HistogramDetector(min_scene_len=1),
+    }
+
+
+SCORES = {"content": "content_val", "adaptive_ratio": "adaptive_ratio",
+          "hash_distance": "hash_dist", "histogram_correlation": "hist_diff"}
+"""The scores a cut records, by the start of the metric's name in PySceneDetect's stats."""
+
+
 @dataclass
 class CutDetector:
-    """PySceneDetect's `ContentDetector` and `AdaptiveDetector`, combined as its `SceneManager`
-    combines detectors (a cut either finds is a cut), fed frame by frame at `DECODE_FPS`.
+    """PySceneDetect's content, adaptive, hash and histogram detectors, combined as its
+    `SceneManager` combines detectors (a cut any finds is a cut), except that what the adaptive,
+    hash or histogram detector finds without the content detector is a cut only when the
+    foreground is discontinuous there (`continuity`): on one background with one camera they
+    also fire at fast motion. Fed frame by frame at `DECODE_FPS`.
 
     Each distinct picture is fed once: ffmpeg repeats the frames of a video slower than 24 fps
     (a 10 fps video repeats each 2 or 3 times), and the zero score of a repeat would make every
     change look like a spike to the adaptive detector. `cuts` grows as frames come, so a video
-    that breaks off keeps the cuts found before. A `StatsManager` holds the scores."""
+    that breaks off keeps the cuts found before; `spikes` lists the findings judged as motion.
+    A `StatsManager` holds the scores."""
 
     options: CutOptions = field(default_factory=CutOptions)
     cuts: list[Cut] = field(default_factory=list)
+    spikes: list[Cut] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._stats = StatsManager()
-        self._detectors = [
-            ContentDetector(threshold=self.options.content_threshold,
-                            min_scene_len=MIN_SEGMENT_FRAMES,
-                            filter_mode=FlashFilter.Mode.SUPPRESS),
-            AdaptiveDetector(adaptive_threshold=self.options.adaptive_threshold,
-                             min_scene_len=MIN_SEGMENT_FRAMES, window_width=ADAPTIVE_WINDOW,
-                             min_content_val=MIN_CONTENT),
-        ]
-        for detector in self._detectors:
+        self._detectors = _detectors(self.options)
+        for detector in self._detectors.values():
             detector.stats_manager = self._stats
-        self._keys = [ContentDetector.FRAME_SCORE_KEY, self._detectors[1].get_metrics()[-1]]
-        self._previous: np.ndarray | None = None
-        self._last_index = 0
-        self._found: list[FrameTimecode] = []
+        self._keys = {
+            name: next(key for d in self._detectors.values() for key in d.get_metrics()
+                       if key.startswith(prefix))
+            for name, prefix in SCORES.items()
+        }
+        self._continuity = Continuity()
+        self._found: dict[int, set[str]] = {}
+        """Frames some detector found, not decided yet: a decision waits for the second after."""
 
     def feed(self, frames: Iterable[np.ndarray]) -> list[Cut]:
         """Feed every frame (RGB, in order); returns the cuts, in order."""
         import cv2
 
+        previous: np.ndarray | None = None
+        index = 0
         for index, frame in enumerate(frames):
-            self._last_index = index
-            if self._previous is not None and np.array_equal(frame, self._previous):
+            if previous is not None and np.array_equal(frame, previous):
                 continue
-            self._previous = frame
+            previous = frame
+            self._continuity.add(index, frame, min([*self._found, index]))
             timecode = FrameTimecode(index, fps=float(DECODE_FPS))
             bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
-            for detector in self._detectors:
-                self._add(detector.process_frame(timecode, bgr))
-        end = FrameTimecode(self._last_index, fps=float(DECODE_FPS))
-        for detector in self._detectors:
-            self._add(detector.post_process(end))
+            for name, detector in self._detectors.items():
+                self._add(name, detector.process_frame(timecode, bgr))
+            self._settle(index)
+        end = FrameTimecode(index, fps=float(DECODE_FPS))
+        for name, detector in self._detectors.items():
+            self._add(name, detector.post_process(end))
+        self._settle(None)
         return self.cuts
 
-    def _add(self, found: Sequence[FrameTimecode]) -> None:
+    def _add(self, name: str, found: Sequence[FrameTimecode]) -> None:
         for timecode in found:
-            frame = timecode.frame_num
-            if all(abs(frame - other.frame_num) >= MIN_SEGMENT_FRAMES for other in self._found):
-                self._found = sorted([*self._found, timecode], key=lambda t: t.frame_num)
-        self.cuts = [self._cut(timecode) for timecode in self._found]
+            self._found.setdefault(timecode.frame_num, set()).add(name)
 
-    def _cut(self, timecode: FrameTimecode) -> Cut:
-        content, ratio = self._stats.get_metrics(timecode, self._keys)
-        return Cut(timecode.frame_num, float(content or 0.0), float(ratio or 0.0))
+    def _settle(self, last: int | None) -> None:
+        """Decide, in order, the found frames whose second after has come (all of them at the
+        end, `last` None). The content detector's frames are cuts; the others' (a spike of the
+        adaptive detector, a hash or histogram change) when their content score is at least
+        `MIN_CONTENT` and the foreground is discontinuous there. A cut within
+        `MIN_SEGMENT_FRAMES` of the previous one is dropped."""
+        while self._found:
+            frame = min(self._found)
+            if last is not None and not self._continuity.ready(frame, last):
+                return
+            names = self._found.pop(frame)
+            since = self.cuts[-1].frame if self.cuts else 0
+            scores = self._scores(frame)
+            scores["discontinuity"] = self._continuity.discontinuity(frame, since)
+            confirmed = "content" in names or (
+                scores["content"] >= MIN_CONTENT
+                and scores["discontinuity"] >= self.options.discontinuity_threshold
+            )
+            if not confirmed:
+                self.spikes.append(Cut(frame, tuple(sorted(names)), scores))
+            elif not self.cuts or frame - since >= MIN_SEGMENT_FRAMES:
+                self.cuts.append(Cut(frame, tuple(sorted(names)), scores))
+
+    def _scores(self, frame: int) -> dict[str, float]:
+        timecode = FrameTimecode(frame, fps=float(DECODE_FPS))
+        values = self._stats.get_metrics(timecode, list(self._keys.values()))
+        return {name: float(value or 0.0) for name, value in zip(self._keys, values, strict=True)}
 
 
 @dataclass(frozen=True)
