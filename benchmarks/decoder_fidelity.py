@@ -41,8 +41,8 @@ from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE
 from animegamer.models.game_state import GameStateModel
 from animegamer.nano.probes import PROBES, NanoProbes
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
-from animegamer.train.episodes import EpisodeWindow, episodes
 from animegamer.train.game_state_phase import shot_representations, target_representations
+from animegamer.train.windows import EpisodeWindow, episodes
 
 
 def windows_of(rows: Sequence[dict[str, Any]], all_rows: Sequence[dict[str, Any]],

@@ -48,7 +48,6 @@ from animegamer.train.decoder_phase import (
     set_trainable,
     v_prediction_loss,
 )
-from animegamer.train.episodes import EpisodeWindow
 from animegamer.train.game_state_phase import (
     target_representations,
     training_sample,
@@ -56,6 +55,7 @@ from animegamer.train.game_state_phase import (
 )
 from animegamer.train.recipe import GameStateRecipe, LoraSettings, VaeRecipe
 from animegamer.train.vae import build_vae
+from animegamer.train.windows import EpisodeWindow
 
 GIB = 1 << 30
 MISTRAL_7B: dict[str, Any] = {

@@ -41,7 +41,7 @@ from animegamer.evaluate.metrics import (
     state_errors,
     state_sign_accuracy,
 )
-from animegamer.evaluate.report import worst_turns, write_report
+from animegamer.evaluate.reporting import worst_turns, write_report
 from animegamer.game.rules import GameStates, make_instruction
 from animegamer.video.writer import write_mp4
 

@@ -22,9 +22,7 @@ from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeli
 from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.train import decoder_phase
 from animegamer.train.__main__ import main
-from animegamer.train.loop import losses_path, lr_scheduler, read_losses
-from animegamer.train.recipe import CfgDropout, LoraSettings, RecipeError, TinyInit, load_recipe
-from animegamer.train.shots import (
+from animegamer.train.decoder_samples import (
     LatentCache,
     ShotDataset,
     collate,
@@ -32,6 +30,8 @@ from animegamer.train.shots import (
     levels_of,
     vae_fingerprint,
 )
+from animegamer.train.loop import losses_path, lr_scheduler, read_losses
+from animegamer.train.recipe import CfgDropout, LoraSettings, RecipeError, TinyInit, load_recipe
 from animegamer.video.writer import write_mp4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

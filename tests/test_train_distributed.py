@@ -25,8 +25,8 @@ from tiny_dataset import write_tiny_dataset
 from animegamer.data.dataset import read_rows
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.train.__main__ import main
+from animegamer.train.decoder_samples import read_features
 from animegamer.train.loop import losses_path, read_losses
-from animegamer.train.shots import read_features
 
 REPO = Path(__file__).resolve().parents[1]
 

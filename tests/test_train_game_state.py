@@ -40,7 +40,6 @@ from animegamer.models.tokens import (
     parse_state_ids,
     strength_id,
 )
-from animegamer.train.episodes import EpisodeWindow, episode_windows
 from animegamer.train.game_state_phase import (
     WindowSchedule,
     build_game_state_model,
@@ -60,6 +59,7 @@ from animegamer.train.recipe import (
     TinyGameStateInit,
     TinySpec,
 )
+from animegamer.train.windows import EpisodeWindow, episode_windows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

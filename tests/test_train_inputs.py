@@ -19,9 +19,9 @@ from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.train import decoder_phase, game_state_phase
 from animegamer.train.__main__ import main
 from animegamer.train.checks import digest, field_default, phase_settings
+from animegamer.train.decoder_samples import read_features
 from animegamer.train.loop import losses_path, read_losses
 from animegamer.train.recipe import Recipe, load_recipe
-from animegamer.train.shots import read_features
 from animegamer.video.writer import write_mp4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -19,6 +19,7 @@ from animegamer.game.rules import (
     record_turn,
 )
 from animegamer.nano.vocabulary import MOTIONS, closed_vocabulary
+from animegamer.ui.chips import registry_vocabulary, vocabulary_for
 from animegamer.ui.story import (
     eta_seconds,
     motion_words,
@@ -29,7 +30,6 @@ from animegamer.ui.story import (
     turn_sentence,
 )
 from animegamer.ui.views import banner_html, chat_messages, gauges_html, history_frame
-from animegamer.ui.vocabulary import registry_vocabulary, vocabulary_for
 
 QIQI = make_instruction({**QIQI_FIELDS, "time": "day/night"})
 

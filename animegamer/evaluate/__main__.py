@@ -40,7 +40,7 @@ from animegamer.evaluate.benchmark import (
     reference_image,
 )
 from animegamer.evaluate.metrics import TurnScorer
-from animegamer.evaluate.report import compare, write_report
+from animegamer.evaluate.reporting import compare, write_report
 from animegamer.nano import NANO_WORLD
 from animegamer.nano.probes import NanoProbes
 from animegamer.serving.clips import ClipStore

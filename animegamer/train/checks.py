@@ -25,9 +25,9 @@ from pydantic_core import to_jsonable_python
 from safetensors import safe_open
 
 from animegamer.data.dataset import read_rows
+from animegamer.train.decoder_samples import CLIP_FRAMES, ShotDataError, levels_of, read_clip
 from animegamer.train.loop import CHECKPOINTS, latest_checkpoint
 from animegamer.train.recipe import Recipe
-from animegamer.train.shots import CLIP_FRAMES, ShotDataError, levels_of, read_clip
 
 FEATURE_KEYS = ("text_features", "image_features")
 RECIPE_FILE = "recipe.json"

@@ -36,6 +36,14 @@ from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_co
 from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.sampling import scheduler_config
+from animegamer.train.decoder_samples import (
+    LatentCache,
+    ShotDataset,
+    collate,
+    draw_latents,
+    levels_of,
+    read_features,
+)
 from animegamer.train.loop import (
     LoopSettings,
     MicroLoss,
@@ -52,21 +60,13 @@ from animegamer.train.recipe import (
     Recipe,
     TinyInit,
 )
-from animegamer.train.shots import (
-    LatentCache,
-    ShotDataset,
-    collate,
-    draw_latents,
-    levels_of,
-    read_features,
-)
 from animegamer.train.vae import reconstruction_weights
 
 if TYPE_CHECKING:
     from peft import LoraModel
 
     from animegamer.models.game_state import GameStateModel
-    from animegamer.train.episodes import EpisodeWindow
+    from animegamer.train.windows import EpisodeWindow
 
 DECODER = "decoder"
 """Phase a's name: its pipeline folder, checkpoint folder and log folder under OUT."""
@@ -552,7 +552,7 @@ def adapt(
     """Phase c → the pipeline folder OUT/decoder_adapted (None when `max_steps` stopped the
     run first). The decoder comes from OUT/decoder and the game-state model from
     OUT/game_state unless given."""
-    from animegamer.train.episodes import episode_windows
+    from animegamer.train.windows import episode_windows
 
     settings: AdaptRecipe | None = recipe.adapt
     if settings is None:

@@ -68,7 +68,6 @@ from animegamer.models.tokens import (
     build_tokenizer,
     state_block_ids,
 )
-from animegamer.train.episodes import EpisodeWindow, episode_windows
 from animegamer.train.loop import (
     check_finite,
     latest_checkpoint,
@@ -82,6 +81,7 @@ from animegamer.train.recipe import (
     GameStateRecipe,
     TinyGameStateInit,
 )
+from animegamer.train.windows import EpisodeWindow, episode_windows
 
 __all__ = [
     "TrainingSample",

@@ -59,8 +59,8 @@ from animegamer.serving.devices import Placement
 from animegamer.serving.engine import Casting, EngineError
 from animegamer.serving.memory import release_free_memory
 from animegamer.ui import views
+from animegamer.ui.chips import vocabulary_for
 from animegamer.ui.story import eta_seconds, progress_text
-from animegamer.ui.vocabulary import vocabulary_for
 from animegamer.video.playthrough import PlaythroughError, concat_mp4
 
 logger = logging.getLogger(__name__)

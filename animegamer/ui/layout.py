@@ -35,10 +35,10 @@ from animegamer.ui.callbacks import (
     Update,
     discard_game_files,
 )
+from animegamer.ui.chips import PART_FIELDS
 from animegamer.ui.examples import DEFAULT_EXAMPLES_DIR, Playthrough, load_playthroughs
 from animegamer.ui.style import CLIP_HEIGHT, CSS
 from animegamer.ui.views import banner_html
-from animegamer.ui.vocabulary import PART_FIELDS
 
 CACHE_SWEEP = (3600, 24 * 3600)
 QUEUE_MAX_SIZE = 32
