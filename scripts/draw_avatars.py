@@ -1,17 +1,20 @@
 """The characters' avatars, drawn from the Nano world's sprites (never from the films).
 
-`python -m animegamer.ui.avatars assets/avatars` writes `<name>.png` for each character the Nano
+`python scripts/draw_avatars.py assets/avatars` writes `<name>.png` for each character the Nano
 world draws: the sprite's head and shoulders, enlarged without smoothing (pixel art), on a round
-tinted badge with a transparent outside.
+tinted badge with a transparent outside. An asset script: the game only reads the PNGs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 AVATAR_SIZE = 128
 BADGE = {"qiqi": (244, 196, 206), "sosuke": (190, 214, 240)}
@@ -37,7 +40,7 @@ def _head_box(mask: np.ndarray) -> tuple[int, int, int, int]:
 
 def draw_avatar(character: str, size: int = AVATAR_SIZE) -> Image.Image:
     """An RGBA avatar of `character` (a character the Nano world draws)."""
-    from animegamer.nano.sprites import reference_image, sprite_mask
+    from animegamer.nano.sprites import reference_image, sprite_mask  # after the path above
 
     sprite = reference_image(character, scale=1, background=SPRITE_BACKGROUND)
     pixels = np.asarray(sprite)

@@ -1,6 +1,10 @@
-"""The avatars are drawn from the Nano world's sprites, and the shipped ones are those drawings."""
+"""The avatars (`scripts/draw_avatars.py`) are drawn from the Nano world's sprites, and the
+shipped ones are those drawings."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +12,12 @@ from PIL import Image
 
 pytest.importorskip("animegamer.nano.sprites", reason="the Nano world's sprites are missing")
 
-from animegamer.ui.avatars import AVATAR_SIZE, draw_avatar
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "draw_avatars.py"
+_spec = importlib.util.spec_from_file_location("draw_avatars", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+avatars = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(avatars)
+AVATAR_SIZE, draw_avatar = avatars.AVATAR_SIZE, avatars.draw_avatar
 
 
 @pytest.mark.parametrize("name", ["Qiqi", "Sosuke"])
