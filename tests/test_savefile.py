@@ -24,6 +24,7 @@ from animegamer.game.rules import (
     MAX_GAME_TURNS,
     MAX_WINDOW,
     GameStates,
+    InstructionError,
     Session,
     Timings,
     make_instruction,
@@ -156,7 +157,19 @@ MALFORMED = {
     ),
     "missing clip": (
         lambda p: _rewrite(p, lambda m: m.pop("clips/turn_0002.mp4")),
-        "missing clips",
+        r"missing clips: clips/turn_0002\.mp4\.$",
+    ),
+    "clips without a turn": (
+        lambda p: _rewrite(p, lambda m: m.update({f"clips/turn_{i:04d}.mp4": b"" for i in (7, 9)})),
+        r"clips without a turn: clips/turn_0007\.mp4, clips/turn_0009\.mp4\.$",
+    ),
+    "version as a list": (
+        lambda p: _rewrite(p, _edit_json(_set(("version",), [2, "x", [3]]))),
+        r"saved-game version \[2, 'x', \[\.\.\.\]\] is not supported",
+    ),
+    "version as an object": (
+        lambda p: _rewrite(p, _edit_json(_set(("version",), {"major": 2}))),
+        r"saved-game version \{'major': 2\} is not supported",
     ),
     "corrupt representations": (
         lambda p: _rewrite(
@@ -607,3 +620,57 @@ def test_a_save_on_a_full_disk_leaves_nothing_and_raises_the_error(tmp_path, cli
     assert caught.value.errno == errno.ENOSPC
     assert [p.name for p in target.parent.iterdir()] == ["game.zip"]
     assert target.read_bytes() == b"the previous save"
+
+
+class OnlyQiqi:
+    """A turn check as the app's: each turn must be the game's character walking (records the
+    turns it saw)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def __call__(self, character: str, instruction) -> None:
+        self.seen.append((character, instruction.character))
+        if instruction.character != character:
+            raise InstructionError(f"This game plays {character}; the instruction names "
+                                   f"{instruction.character}.")
+        if not instruction.motion.startswith("walk"):
+            raise InstructionError(f"{character} cannot {instruction.motion}.")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("character", "Sosuke",
+      r"^turn 2 cannot be played in a game of Qiqi: This game plays Qiqi; the instruction "
+      r"names Sosuke\.$"),
+     ("motion", "fly on broomstick",
+      r"^turn 2 cannot be played in a game of Qiqi: Qiqi cannot fly on broomstick\.$")],
+)
+def test_a_turn_the_game_could_not_play_is_refused_by_its_number(
+    tmp_path, clip, field, value, message
+):
+    path = save_game(_played(tmp_path, clip), tmp_path / "game.zip")
+    _rewrite(path, _edit_json(_set(("turns", 1, "instruction", field), value)))
+    _rewrite(path, _edit_json(_set(("turns", 2, "instruction", field), value)))
+    with pytest.raises(SaveFileError, match=message):
+        load_game(path, tmp_path / "loaded", CHARACTERS, check_turn=OnlyQiqi())
+    assert not (tmp_path / "loaded").exists()
+
+
+def test_every_turn_of_a_loaded_game_is_checked(tmp_path, clip):
+    path = save_game(_played(tmp_path, clip, turns=4), tmp_path / "game.zip")
+    check = OnlyQiqi()
+    load_game(path, tmp_path / "loaded", CHARACTERS, check_turn=check)
+    assert check.seen == [("Qiqi", "Qiqi")] * 4
+
+
+def test_a_refusal_to_read_names_no_server_path(tmp_path, clip, monkeypatch):
+    path = save_game(_played(tmp_path, clip), tmp_path / "game.zip")
+
+    def unreadable(self, name):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "secret"))
+
+    monkeypatch.setattr(zipfile.ZipFile, "read", unreadable)
+    with pytest.raises(SaveFileError) as refused:
+        load_game(path, tmp_path / "loaded", CHARACTERS)
+    assert str(refused.value) == "game.zip could not be read (Permission denied)."

@@ -204,3 +204,32 @@ def test_an_output_dir_that_would_expose_other_files_is_refused(tmp_path, repo_r
             check_output_dir(bad)
     assert check_output_dir(tmp_path / "clips") == (tmp_path / "clips").resolve()
     assert (tmp_path / "clips").is_dir()
+
+
+# Loads read only uploads; every refusal has a message -------------------------------------------
+
+
+def test_a_client_cannot_load_another_players_save_by_its_server_path(served_app):
+    owner, other = Client(served_app, verbose=False), Client(served_app, verbose=False)
+    play(owner, seed="9")
+    saved = owner.predict(api_name="/save")
+    assert Path(saved).is_file()  # this test runs beside the server: the path is real
+    for sent in ({"path": saved}, {"path": saved, "meta": {}}):
+        with pytest.raises(AppError) as refused:
+            other.predict(sent, api_name="/load")
+        assert str(refused.value).startswith("Cannot load this saved game: This file was not "
+                                             "uploaded to this server")
+    assert other.predict(api_name="/restart")[0]["turns"] == 0
+    assert other.predict(handle_file(saved), api_name="/load")[0]["turns"] == 1  # uploaded
+
+
+@pytest.mark.parametrize("text", [["Qiqi", "fly"], 42, {"motion": "fly"}, True])
+def test_play_with_the_text_of_another_json_type_gets_a_titled_message(served_app, text):
+    client = Client(served_app, verbose=False)
+    with pytest.raises(AppError) as refused:
+        client.predict(*QIQI, text, "random", api_name="/play")
+    kind = type(text).__name__
+    expected = {"list": "a list", "int": "a number", "dict": "an object", "bool": "true or false"}
+    assert str(refused.value).startswith(
+        f"Invalid instruction: The instruction text must be text; got {expected[kind]} ("
+    )

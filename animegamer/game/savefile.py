@@ -31,7 +31,7 @@ import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,6 +51,7 @@ from animegamer.game.rules import (
     STATE_DELTA_RANGE,
     GameStates,
     Gauges,
+    Instruction,
     InstructionError,
     Session,
     Timings,
@@ -76,6 +77,7 @@ MAX_DIRECTORY_ENTRY_BYTES = 46 + 256
 MAX_SAFETENSORS_HEADER = 64 << 10
 """The JSON header of `MAX_WINDOW` representations is a few hundred bytes."""
 MAX_SHOWN_CHARS = 60
+MAX_SHOWN_ITEMS = 3
 MAX_SEED = 2**63 - 1
 MAX_NAME_CHARS = 64
 """A character name of the registry is at most 64 characters."""
@@ -90,6 +92,11 @@ _MAX_ZIP_COMMENT = 0xFFFF
 
 class SaveFileError(ValueError):
     """A saved game that cannot be loaded; the message says what is wrong with it."""
+
+
+TurnCheck = Callable[[str, Instruction], object]
+"""Holds a turn's instruction to the game of the character named first, as a typed command is
+held (the game's character, words that character can play); raises `InstructionError`."""
 
 
 class _Schema(BaseModel):
@@ -209,21 +216,37 @@ def _require(condition: bool, message: str) -> None:
         raise SaveFileError(message)
 
 
-def _short(value: Any) -> str:
-    """`repr(value)` cut to about `MAX_SHOWN_CHARS`: a message never echoes a long value whole
-    (a 15 MB name), nor reprs a container (slow, and deep ones recurse)."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, int) and value.bit_length() > 3 * MAX_SHOWN_CHARS:
+def _short(value: Any, depth: int = 0) -> str:
+    """`value` as Python writes it, cut to about `MAX_SHOWN_CHARS`: a message never echoes a
+    long value whole (a 15 MB name), and a container shows its first few items only, one level
+    deep (a full repr is slow, and a deep one recurses)."""
+    if isinstance(value, dict | list | tuple):
+        text = _short_container(value, depth)
+    elif isinstance(value, int) and value.bit_length() > 3 * MAX_SHOWN_CHARS:
         return "a very long integer"
-    text = repr(value[: MAX_SHOWN_CHARS + 1] if isinstance(value, str | bytes) else value)
+    else:
+        text = repr(value[: MAX_SHOWN_CHARS + 1] if isinstance(value, str | bytes) else value)
     return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
+def _short_container(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -> str:
+    """`[1, 'a', ...]` or `{'key': ...}`: at most `MAX_SHOWN_ITEMS` items, nested ones elided."""
+    opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
+    if depth > 0:
+        return f"{opening}...{closing}" if value else f"{opening}{closing}"
+    items = list(value.items() if isinstance(value, dict) else value)[:MAX_SHOWN_ITEMS]
+    shown = [
+        f"{_short(key, 1)}: {_short(item, 1)}" if isinstance(value, dict) else _short(item, 1)
+        for key, item in (items if isinstance(value, dict) else enumerate(items))
+    ]
+    more = ", ..." if len(value) > MAX_SHOWN_ITEMS else ""
+    return f"{opening}{', '.join(shown)}{more}{closing}"
 
 
 def _reason(error: BaseException) -> str:
     """The first line of an error's message, shortened, for 'could not be read (…)'."""
+    if isinstance(error, OSError) and error.strerror:  # str() would name the server's path
+        return error.strerror
     lines = str(error).strip().splitlines()
     text = lines[0] if lines else type(error).__name__
     return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
@@ -363,15 +386,23 @@ def _validate_game(payload: Any) -> GameJson:
         raise SaveFileError(_schema_message(error)) from None
 
 
-def _make_turn(raw: TurnJson, position: int, previous: Gauges, clip_dir: Path) -> Turn:
+def _make_turn(
+    raw: TurnJson, position: int, previous: Gauges, clip_dir: Path, game: tuple[str, TurnCheck]
+) -> Turn:
     """The turn, once what the schema cannot see holds: its number, an instruction a player
-    could have typed, and a motion level and gauges that follow from its states."""
+    could have typed in this game (`game`: its character and the check of a typed command), and
+    a motion level and gauges that follow from its states."""
     what = f"turn {position}"
     _require(raw.index == position, f"{what} is numbered {raw.index}.")
+    character, check_turn = game
     try:
         instruction = make_instruction(raw.instruction.model_dump())
     except InstructionError as error:
         raise SaveFileError(f"{what} instruction: {error}") from None
+    try:
+        check_turn(character, instruction)
+    except InstructionError as error:
+        raise SaveFileError(f"{what} cannot be played in a game of {character}: {error}") from None
     states = GameStates(**raw.states.model_dump())
     _require(
         raw.motion_level == effective_motion_level(states.ml),
@@ -395,11 +426,13 @@ def _make_turn(raw: TurnJson, position: int, previous: Gauges, clip_dir: Path) -
     )
 
 
-def _make_turns(raw_turns: list[TurnJson], clip_dir: Path) -> tuple[Turn, ...]:
+def _make_turns(
+    raw_turns: list[TurnJson], clip_dir: Path, game: tuple[str, TurnCheck]
+) -> tuple[Turn, ...]:
     turns: list[Turn] = []
     gauges = Gauges()
     for position, raw in enumerate(raw_turns, start=1):
-        turn = _make_turn(raw, position, gauges, clip_dir)
+        turn = _make_turn(raw, position, gauges, clip_dir, game)
         turns.append(turn)
         gauges = turn.gauges
     return tuple(turns)
@@ -440,9 +473,9 @@ def _read_representations(data: bytes, window: int, turn_count: int) -> tuple[to
 def _check_clip_members(members: dict[str, zipfile.ZipInfo], turns: Sequence[Turn]) -> None:
     clip_names = {clip_member(turn.index) for turn in turns}
     stray = sorted(n for n in members if CLIP_MEMBER.match(n) and n not in clip_names)
-    _require(not stray, f"clips without a turn: {_short(stray[:3])}.")
+    _require(not stray, f"clips without a turn: {', '.join(stray[:MAX_SHOWN_ITEMS])}.")
     missing = sorted(clip_names - set(members))
-    _require(not missing, f"missing clips: {_short(missing[:3])}.")
+    _require(not missing, f"missing clips: {', '.join(missing[:MAX_SHOWN_ITEMS])}.")
 
 
 def _check_clip(data: bytes, turn: Turn, first: ClipFacts | None) -> ClipFacts:
@@ -491,6 +524,7 @@ def _read_game(
     clip_dir: Path,
     character_names: set[str],
     representation_dim: int | None,
+    check_turn: TurnCheck,
 ) -> Session:
     members = _check_members(archive)
     _require(members[GAME_MEMBER].file_size <= MAX_JSON_BYTES, f"{GAME_MEMBER} is too large.")
@@ -499,7 +533,7 @@ def _read_game(
         game.character in character_names,
         f"the saved game's character {_short(game.character)} is not playable here.",
     )
-    turns = _make_turns(game.turns, clip_dir)
+    turns = _make_turns(game.turns, clip_dir, (game.character, check_turn))
     _check_clip_members(members, turns)
     reps = _read_representations(archive.read(REPRESENTATIONS_MEMBER), game.window, len(turns))
     saved_width = reps[0].shape[-1] if reps else representation_dim
@@ -514,14 +548,22 @@ def _read_game(
     )
 
 
+def _any_turn(character: str, instruction: Instruction) -> None:
+    """The check of a caller that holds turns to no game (a typed instruction is still read)."""
+
+
 def load_game(
     path: str | Path,
     clip_dir: str | Path,
     character_names: set[str],
     representation_dim: int | None = None,
+    check_turn: TurnCheck | None = None,
 ) -> Session:
     """Read a saved game, validating everything, and unpack its clips into `clip_dir` (a new
     folder: a refusal removes what this call wrote there).
+
+    `check_turn` holds every turn's instruction to the game's character (the first refused
+    turn is named); without it, any instruction a player could type is accepted.
 
     `representation_dim`, when given, is the width the playing models use: a game saved with
     other models (the preview engine's 64 against the real 1920) could not continue.
@@ -534,7 +576,10 @@ def load_game(
     try:
         _check_directory(path)
         with _open_zip(path) as archive:
-            return _read_game(archive, clip_dir, character_names, representation_dim)
+            return _read_game(
+                archive, clip_dir, character_names, representation_dim,
+                check_turn or _any_turn,
+            )
     except zipfile.BadZipFile as error:  # a bad CRC or header, found while reading an entry
         raise SaveFileError(f"{path.name} is damaged ({_reason(error)}).") from None
     except OSError as error:

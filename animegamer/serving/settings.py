@@ -75,6 +75,9 @@ class Settings:
     `torch.compile` of the decoder's transformer blocks.
     `live_preview`: while a clip denoises, hand previews of it to the turn's `on_preview`
     (`ANIMEGAMER_LIVE_PREVIEW=0` turns them off; `animegamer.models.latent_preview`).
+    `player_disk_mb`: the most one player's files (their games' clips, saves and exports) may
+    take in `output_dir`; `disk_mb`: the most every player's files together may take
+    (docs/playing.md, "Limits").
     """
 
     engine: EngineKind = EngineKind.AUTO
@@ -94,6 +97,8 @@ class Settings:
     preset: str = "quality"
     compile: bool = False
     live_preview: bool = True
+    player_disk_mb: int = 3072
+    disk_mb: int = 20480
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", _engine_kind(self.engine))
@@ -125,6 +130,8 @@ class Settings:
             preset=env.get("ANIMEGAMER_PRESET", defaults.preset).strip().lower(),
             compile=_flag(env, "ANIMEGAMER_COMPILE"),
             live_preview=_flag(env, "ANIMEGAMER_LIVE_PREVIEW", default=defaults.live_preview),
+            player_disk_mb=_int(env, "ANIMEGAMER_PLAYER_DISK_MB", defaults.player_disk_mb),
+            disk_mb=_int(env, "ANIMEGAMER_DISK_MB", defaults.disk_mb),
         )
         settings.validate()
         return settings
@@ -148,6 +155,11 @@ class Settings:
                             ("ANIMEGAMER_PREVIEW_STEPS", self.preview_steps)):
             if not 1 <= steps <= MAX_STEPS:
                 raise SettingsError(f"{name} must be in 1..{MAX_STEPS}: {steps}")
+        if not 1 <= self.player_disk_mb <= self.disk_mb:
+            raise SettingsError(
+                f"ANIMEGAMER_PLAYER_DISK_MB must be in 1..ANIMEGAMER_DISK_MB ({self.disk_mb}): "
+                f"{self.player_disk_mb}"
+            )
         if not 1.0 <= self.guidance_scale <= 20.0:
             raise SettingsError(f"ANIMEGAMER_GUIDANCE must be in 1..20: {self.guidance_scale}")
 

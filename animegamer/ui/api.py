@@ -14,15 +14,15 @@ and a message that opens with that title.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
+import reprlib
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 from gradio.components.api_component import Api
-from gradio.utils import get_upload_folder
 
 from animegamer.game.rules import INSTRUCTION_FIELDS
-from animegamer.ui.callbacks import GameSlot, GameUI, Update, user_error
+from animegamer.ui.callbacks import GameSlot, GameUI, Update, uploaded_path, user_error
 from animegamer.ui.events import queues
 
 if TYPE_CHECKING:
@@ -34,10 +34,9 @@ FILE = {
     "properties": {"path": {"type": "string"}, "meta": {"type": "object"}},
     "description": "a saved game (.zip), as gradio_client.handle_file(path) sends it",
 }
-NOT_UPLOADED = (
-    "This file was not uploaded to this server: send the saved game itself, e.g. "
-    "client.predict(handle_file('game.zip'), api_name='/load')."
-)
+JSON_KINDS = ((bool, "true or false"), (int, "a number"), (float, "a number"),
+              (list, "a list"), (dict, "an object"))
+SHOWN_CHARS = 40
 
 
 def argument(label: str, schema: dict[str, Any] | None = None) -> Api:
@@ -46,6 +45,32 @@ def argument(label: str, schema: dict[str, Any] | None = None) -> Api:
 
 def screen(slot: GameSlot, update: Update) -> list[Any]:
     return [slot, *update.screen]
+
+
+def shown(value: Any) -> str:
+    """A value a client sent, as its JSON kind and a shortened repr: `a list ([1, 2])`."""
+    kind = next((name for cls, name in JSON_KINDS if isinstance(value, cls)), "null")
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict = 2, 3, 3
+    short.maxstring = short.maxother = short.maxlong = SHOWN_CHARS
+    return kind if value is None else f"{kind} ({short.repr(value)})"
+
+
+def text(value: Any, name: str, title: str) -> str:
+    """An argument that must be text (or left out: null reads as empty), else a titled refusal
+    naming what came."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise user_error(f"The {name} must be text; got {shown(value)}.", title)
+    return value
+
+
+def seed_argument(value: Any) -> str | float:
+    """The seed: text ("random", "42") or a number; anything else is refused."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return text(value, "seed", "Invalid seed") or "random"
 
 
 def play(
@@ -61,41 +86,39 @@ def play(
     progress: gr.Progress = gr.Progress(),  # noqa: B008 (Gradio's injection idiom)
 ) -> list[Any]:
     """Play one turn: from `instruction_text` when it is filled in, else from the fields."""
-    values = dict(
-        zip(INSTRUCTION_FIELDS, (instruction_character, adverb, motion, time, place), strict=True)
-    )
-    update = slot.run(
-        lambda current: ui.play(current, values, instruction_text, seed_text, progress)
-    )
+    given = (instruction_character, adverb, motion, time, place)
+    values = {
+        name: text(value, name, "Invalid instruction")
+        for name, value in zip(INSTRUCTION_FIELDS, given, strict=True)
+    }
+    line = text(instruction_text, "instruction text", "Invalid instruction")
+    seed = seed_argument(seed_text)
+    update = slot.run(lambda current: ui.play(current, values, line, seed, progress))
     return [*screen(slot, update), *(update.fields or ()), ""]
 
 
 def parse(ui: GameUI, slot: GameSlot, instruction_text: Any) -> list[str]:
     """`/parse`: the five fields an instruction written as text asks for in the player's game
     (any form the command line reads, gaps filled as `/play` would fill them)."""
-    text = instruction_text if isinstance(instruction_text, str) else ""
-    return list(slot.read(lambda current: ui.parse(current, text)))
+    line = text(instruction_text, "instruction text", "Invalid instruction")
+    return list(slot.read(lambda current: ui.parse(current, line)))
 
 
-def uploaded_path(file: Any) -> str:
-    """The path of a file this server received as an upload, or a titled refusal: a client
-    may only load what it uploaded, never name a file already on the server."""
-    path = file.get("path") if isinstance(file, dict) else file
-    if not isinstance(path, str) or not path:
-        raise user_error("Send a saved game (.zip) to load.", "Nothing to load")
-    resolved = Path(path).resolve()
-    if Path(get_upload_folder()).resolve() not in resolved.parents or not resolved.is_file():
-        raise user_error(NOT_UPLOADED, "Cannot load this saved game")
-    return str(resolved)
+def load(ui: GameUI, uploads: Container[str], slot: GameSlot, file: Any) -> list[Any]:
+    """`/load`: the saved game the client sent (`{"path": ...}` as `handle_file` sends it)."""
+    if file is not None and not isinstance(file, dict):
+        raise user_error(
+            f"Send the saved game as a file, e.g. handle_file('game.zip'); got {shown(file)}.",
+            "Nothing to load",
+        )
+    path = text(file.get("path") if file else None, "saved game's path", "Nothing to load")
+    uploaded = uploaded_path(path, uploads)
+    return screen(slot, slot.run(lambda current: ui.load(current, uploaded)))
 
 
-def load(ui: GameUI, slot: GameSlot, file: Any) -> list[Any]:
-    path = uploaded_path(file)
-    return screen(slot, slot.run(lambda current: ui.load(current, path)))
-
-
-def expose(ui: GameUI, layout: Layout) -> None:
-    """The named endpoints (inside the Blocks being built)."""
+def expose(ui: GameUI, layout: Layout, uploads: Container[str]) -> None:
+    """The named endpoints (inside the Blocks being built); `uploads` are the paths of the
+    files clients uploaded (Gradio's record), the only ones `/load` reads."""
     queue_of = queues(ui)
     player, game = layout.player, [layout.player, *layout.screen]
     downloads = [layout.side.downloads]
@@ -123,7 +146,7 @@ def expose(ui: GameUI, layout: Layout) -> None:
         outputs=game, api_name="character", **queue_of.light,
     )
     gr.on(
-        [], functools.partial(load, ui), inputs=[player, argument("saved game", FILE)],
+        [], functools.partial(load, ui, uploads), inputs=[player, argument("saved game", FILE)],
         outputs=game, api_name="load", **queue_of.files,
     )
     gr.on([], functools.partial(read, ui.save), inputs=[player], outputs=downloads,
@@ -137,9 +160,8 @@ def run_action(action: Any, slot: GameSlot) -> list[Any]:
 
 
 def choose_character(ui: GameUI, slot: GameSlot, name: Any) -> list[Any]:
-    if not isinstance(name, str):
-        raise user_error("Name the character as text, e.g. 'Qiqi'.", "Unknown character")
-    return screen(slot, slot.run(lambda current: ui.choose_character(current, name)))
+    chosen = text(name, "character's name", "Unknown character")
+    return screen(slot, slot.run(lambda current: ui.choose_character(current, chosen)))
 
 
 def read(action: Any, slot: GameSlot) -> str:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import html
 import logging
+import re
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +55,12 @@ from animegamer.game.rules import (
     turn_note,
     undo,
 )
-from animegamer.game.savefile import SaveFileError, load_game, save_game
+from animegamer.game.savefile import SaveFileError, TurnCheck, load_game, save_game
 from animegamer.serving.clips import DELETE_GRACE_S, ClipStore
 from animegamer.serving.devices import Placement
 from animegamer.serving.engine import Casting, EngineError
 from animegamer.serving.memory import release_free_memory
+from animegamer.serving.settings import Settings
 from animegamer.ui import views
 from animegamer.ui.chips import vocabulary_for
 from animegamer.ui.story import eta_seconds, progress_text
@@ -217,14 +220,41 @@ def instruction_values(instruction: Instruction) -> tuple[str, ...]:
     return tuple(instruction.fields().values())
 
 
+SERVER_PATH = re.compile(r"(?<![\w.~])(?:/[^\s/'\"`:;,()<>]+)+/([^\s/'\"`:;,()<>]*)")
+"""An absolute path (at least two parts); its last part is what a message may show."""
+
+
+def without_paths(text: str) -> str:
+    """`text` with every absolute path cut to its last part: a player never learns where the
+    server keeps its files ("/srv/app/characters/qiqi/weights" reads "weights")."""
+    return SERVER_PATH.sub(r"\1", text)
+
+
 def user_error(message: str, title: str) -> gr.Error:
-    """A message for the player, led by its title; `<`, `>` and `&` escaped because Gradio
-    renders error toasts as HTML (quotes need no escaping in text, and API clients read the
-    message as it is). Gradio's toast header shows the kind ("Error") whatever the title, so
-    the title also opens the message, where the player and API clients both read it."""
-    return gr.Error(
-        html.escape(f"{title}: {message}", quote=False), title=title, print_exception=False
-    )
+    """A message for the player, led by its title; server paths cut to their last part
+    (`without_paths`); `<`, `>` and `&` escaped because Gradio renders error toasts as HTML
+    (quotes need no escaping in text, and API clients read the message as it is). Gradio's
+    toast header shows the kind ("Error") whatever the title, so the title also opens the
+    message, where the player and API clients both read it."""
+    text = html.escape(without_paths(f"{title}: {message}"), quote=False)
+    return gr.Error(text, title=title, print_exception=False)
+
+
+NOT_UPLOADED = (
+    "This file was not uploaded to this server: send the saved game itself, e.g. "
+    "client.predict(handle_file('game.zip'), api_name='/load')."
+)
+
+
+def uploaded_path(path: str | None, uploads: Container[str]) -> str:
+    """`path` when it names a file a client uploaded to this server (`uploads`: Gradio's record
+    of the paths it stored uploads at), else a titled refusal: a player loads only what was
+    uploaded, never a file the server wrote (another player's save) named by its path."""
+    if not path:
+        raise user_error("Choose a saved game (.zip) to load.", "Nothing to load")
+    if path not in uploads or not Path(path).is_file():
+        raise user_error(NOT_UPLOADED, "Cannot load this saved game")
+    return path
 
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -250,6 +280,32 @@ def is_disk_full(error: BaseException, folder: Path | None = None) -> bool:
 
 
 DISK_FULL = "The server's disk is full, so nothing could be written."
+
+
+@dataclass(frozen=True)
+class DiskBudget:
+    """The bytes the games' files may take: one player's (the clips of their game and of the
+    game they may go back to, and each game's one save and one export), and everyone's."""
+
+    player_bytes: int
+    total_bytes: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> DiskBudget:
+        return cls(settings.player_disk_mb << 20, settings.disk_mb << 20)
+
+
+def megabytes(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MB"
+
+
+def game_digest(session: Session) -> str:
+    """Eight hex digits that change whenever the game does (each turn played writes a clip of
+    its own name): the name of its one current save or export, which an unchanged game reuses."""
+    digest = hashlib.blake2b(session.session_id.encode(), digest_size=4)
+    for turn in session.turns:
+        digest.update(f"{turn.index}:{turn.seed}:{turn.clip_path}\n".encode())
+    return digest.hexdigest()
 
 
 def gpu_seconds(steps: int) -> int:
@@ -429,6 +485,7 @@ class GameUI:
         run_turn: TurnRunner | None = None,
         clock: Callable[[], float] = time.perf_counter,
         delete_grace_s: float = DELETE_GRACE_S,
+        disk: DiskBudget | None = None,
     ) -> None:
         self.engine = engine
         self.registry = registry
@@ -438,6 +495,7 @@ class GameUI:
         self.delete_grace_s = delete_grace_s
         self.run_turn = run_turn or make_turn_runner(engine)
         self.clock = clock
+        self.disk = disk or DiskBudget.of(Settings())
         self._next_sweep = 0.0
 
     @property
@@ -467,7 +525,8 @@ class GameUI:
             casting = self.engine.casting(character.name)
             label = character.display_name
             if not casting.available:
-                label += f" (unavailable: {shorten(casting.unavailable, PICKER_REASON_CHARS)})"
+                reason = shorten(without_paths(casting.unavailable), PICKER_REASON_CHARS)
+                label += f" (unavailable: {reason})"
             choices.append((label, character.name))
         return choices
 
@@ -617,6 +676,7 @@ class GameUI:
         except InstructionError as error:
             raise user_error(str(error), "Invalid instruction") from error
         self.tidy()
+        self.make_room(player, "no turn was played")
         started = self.clock()
         eta = eta_seconds([turn.timings.total_s for turn in player.session.turns])
         try:
@@ -637,6 +697,10 @@ class GameUI:
         release_free_memory()
         player = dataclasses.replace(player, session=session, last_elapsed_s=elapsed)
         turn = session.turns[-1]
+        self.keep_within_budget(
+            player, "this turn was not kept",
+            lambda: self.files.discard_clip(turn.clip_path or "", grace_s=0),
+        )
         noise = self.engine.casting(session.character).states_are_noise
         message = " ".join(filter(None, [f"Turn {turn.index} played (seed {turn.seed}).",
                                          "" if noise else turn_note(turn)]))
@@ -714,36 +778,59 @@ class GameUI:
         return tuple(self.read(player.session, text).fields().values())
 
     def save(self, player: Player | None) -> str:
-        """Write the game to a zip file and return its path (for a download)."""
+        """Write the game to a zip file and return its path (for a download): the game's one
+        current save, which replaces the one before."""
         player = player or self.new_player()
         session = player.session
         if not session.turns:
             raise user_error("Play a turn first: there is nothing to save yet.", "Nothing to save")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = f"animegamer-{session.character}-{len(session.turns)}turns-{stamp}.zip"
+        self.make_room(player, "the game was not saved")
+        name = f"animegamer-{session.character}-{len(session.turns)}turns-{game_digest(session)}"
         try:
-            return str(save_game(session, self.workdir(player, "saves") / name))
+            path = self.files.keep_one(
+                self.workdir(player, "saves"), f"{name}.zip", lambda to: save_game(session, to)
+            )
         except OSError as error:
             if is_disk_full(error):
                 raise user_error(f"{DISK_FULL} The game was not saved.", "Disk full") from error
             raise
+        self.keep_within_budget(player, "the game was not saved", player_downloads=path)
+        return str(path)
+
+    def turn_check(self) -> TurnCheck:
+        """What a loaded game's every turn is held to: what a command typed in that game is
+        (its character's names, its world's words)."""
+        contexts: dict[str, InstructionContext] = {}
+
+        def check(character: str, instruction: Instruction) -> None:
+            if character not in contexts:
+                contexts[character] = game_context(
+                    self.registry, character, None, self.engine.vocabulary_for(character)
+                )
+            check_instruction(instruction, contexts[character])
+
+        return check
 
     def load(self, player: Player | None, path: str | None) -> Update:
-        """Continue a saved game (an uploaded zip) in place of the current one."""
+        """Continue a saved game (an uploaded zip, `uploaded_path`) in place of the current
+        one."""
         player = player or self.new_player()
         if not path:
             raise user_error("Choose a saved game (.zip) to load.", "Nothing to load")
         self.tidy()
+        self.make_room(player, "the saved game was not loaded")
         session_id = uuid.uuid4().hex
         clip_dir = self.files.game_folder(session_id)
         try:
             loaded = load_game(
-                path, clip_dir, set(self.registry.names), self.engine.representation_dim
+                path, clip_dir, set(self.registry.names), self.engine.representation_dim,
+                self.turn_check(),
             )
         except SaveFileError as error:
             raise user_error(str(error), "Cannot load this saved game") from error
         finally:
             self.files.forget_if_empty(clip_dir)
+        self.files.note_written(clip_dir)
         session = dataclasses.replace(loaded, session_id=session_id)
         replaced = player.session
         player = self._replace_game(player, session)
@@ -759,20 +846,75 @@ class GameUI:
         session = player.session
         if not session.turns:
             raise user_error("Play a turn first: there is no clip yet.", "Nothing to download")
-        out = self.workdir(player, "exports") / (
-            f"animegamer-{session.character}-{len(session.turns)}turns-"
-            f"{uuid.uuid4().hex[:8]}.mp4"
-        )
+        self.make_room(player, "no playthrough was made")
+        name = f"animegamer-{session.character}-{len(session.turns)}turns-{game_digest(session)}"
+        clips = [turn.clip_path for turn in session.turns]
         try:
-            return str(concat_mp4([turn.clip_path for turn in session.turns], out))
+            path = self.files.keep_one(
+                self.workdir(player, "exports"), f"{name}.mp4", lambda to: concat_mp4(clips, to)
+            )
         except PlaythroughError as error:
             raise user_error(str(error), "Cannot build the playthrough") from error
         except OSError as error:
             if is_disk_full(error):
                 raise user_error(f"{DISK_FULL} No playthrough was made.", "Disk full") from error
             raise
+        self.keep_within_budget(player, "no playthrough was made", player_downloads=path)
+        return str(path)
+
+    def abandon(self, update: Update) -> None:
+        """A turn played for an event that went away before showing it (a closed tab, a
+        cancelled turn): its clip goes now, and the game stays as it was (the caller keeps the
+        old player)."""
+        clip = update.player.session.turns[-1].clip_path
+        if clip:
+            self.files.discard_clip(clip, grace_s=0)
 
     # Helpers -----------------------------------------------------------------------------
+
+    def make_room(self, player: Player, what: str) -> None:
+        """Before a write: the server's files within the global budget, other players' saves
+        and exports removed (idlest games first) if need be, else a refusal saying `what`."""
+        limit = self.disk.total_bytes
+        if self.files.total_bytes() < limit:
+            return
+        self.files.empty_trash(everything=True)
+        self.files.evict_downloads(limit, spare_player=player.player_id)
+        if self.files.total_bytes() >= limit:
+            raise user_error(
+                f"The server's space for games ({megabytes(limit)}) is used up, so {what}. "
+                "Your game is unchanged; please try again later.",
+                "Server storage full",
+            )
+
+    def keep_within_budget(
+        self,
+        player: Player,
+        what: str,
+        take_back: Callable[[], None] | None = None,
+        player_downloads: Path | None = None,
+    ) -> None:
+        """After a write: the player's files within their budget, their other saves and exports
+        (but `player_downloads`, the one just written) removed if need be; else the write is
+        taken back (`take_back`, or the file removed) and the player told, with `what`."""
+        sessions = (player.session, player.previous_game)
+        limit = self.disk.player_bytes
+        if self.files.player_bytes(player.player_id, sessions) <= limit:
+            return
+        self.files.drop_downloads(player.player_id, keep=player_downloads)
+        used = self.files.player_bytes(player.player_id, sessions)
+        if used <= limit:
+            return
+        if take_back is not None:
+            take_back()
+        else:
+            self.files.drop_downloads(player.player_id)
+        raise user_error(
+            f"Your games' files would take {megabytes(used)} on this server, over the "
+            f"{megabytes(limit)} one player may use, so {what}; your game is unchanged. "
+            "A new game frees the files of the game before this one.",
+            "Your storage is full",
+        )
 
     def _replace_game(self, player: Player, session: Session) -> Player:
         """The player with `session` as their game. The old game becomes the one to go back to

@@ -15,7 +15,7 @@ import functools
 import html
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -31,6 +31,7 @@ from animegamer.ui.callbacks import (
     Progress,
     Update,
     shows_live_preview,
+    uploaded_path,
 )
 from animegamer.ui.views import preview_html
 
@@ -136,6 +137,10 @@ def mark_invalid() -> Any:
 _DONE = object()
 
 
+class TurnAbandoned(Exception):
+    """The turn's event went away before the turn landed: the game keeps its earlier state."""
+
+
 def run_with_previews(
     turn: Callable[[PreviewCallback | None], Update], live: bool
 ) -> Iterator[str | Update]:
@@ -182,24 +187,34 @@ def play_pending(
     seed: str,
     progress: Progress = gr.Progress(),  # noqa: B008 (Gradio's injection idiom)
 ) -> Iterator[list[Any]]:
-    """Play the pending turn: the clip forming on the stage, then the new screen."""
+    """Play the pending turn: the clip forming on the stage, then the new screen. A turn whose
+    event goes away first (the tab closed, the turn cancelled: Gradio closes this generator)
+    is abandoned: it does not land in the game, and its clip is deleted."""
     if pending is None:
         raise gr.Error("Type a command first.", title="Nothing to play")
     skip = [gr.skip()] * 9
+    abandoned = threading.Event()
 
     def turn(on_preview: PreviewCallback | None) -> Update:
-        return slot.run(
-            lambda current: ui.play_instruction(
-                current, pending.instruction, seed, progress, on_preview
-            )
-        )
+        def play(current: Player | None) -> Update:
+            update = ui.play_instruction(current, pending.instruction, seed, progress, on_preview)
+            if abandoned.is_set():
+                ui.abandon(update)
+                raise TurnAbandoned
+            return update
 
-    for step in run_with_previews(turn, shows_live_preview(ui.engine)):
-        if isinstance(step, str):
-            yield [*skip, step]
-        else:
-            toast(step)
-            yield [slot, *step.screen, back_button(step.player), ""]
+        return slot.run(play)
+
+    try:
+        for step in run_with_previews(turn, shows_live_preview(ui.engine)):
+            if isinstance(step, str):
+                yield [*skip, step]
+            else:
+                toast(step)
+                yield [slot, *step.screen, back_button(step.player), ""]
+    except GeneratorExit:
+        abandoned.set()
+        raise
 
 
 def restore_after_failure(
@@ -242,8 +257,12 @@ def choose_character(ui: GameUI, slot: GameSlot, name: str) -> list[Any]:
     return switch_outputs(ui, slot, slot.run(lambda current: ui.choose_character(current, name)))
 
 
-def load_game(ui: GameUI, slot: GameSlot, path: str | None) -> list[Any]:
-    return switch_outputs(ui, slot, slot.run(lambda current: ui.load(current, path)))
+def load_game(
+    ui: GameUI, uploads: Container[str], slot: GameSlot, path: str | None
+) -> list[Any]:
+    """Load the saved game the player uploaded (`uploads`: Gradio's record of the uploads)."""
+    uploaded = uploaded_path(path, uploads)
+    return switch_outputs(ui, slot, slot.run(lambda current: ui.load(current, uploaded)))
 
 
 def save_game(ui: GameUI, slot: GameSlot) -> str:
@@ -311,7 +330,7 @@ def wire_chips(ui: GameUI, layout: Layout) -> None:
         )
 
 
-def wire_game(ui: GameUI, layout: Layout, queue_of: Queues) -> None:
+def wire_game(ui: GameUI, layout: Layout, queue_of: Queues, uploads: Container[str]) -> None:
     """Undo, new game, back, the character picker, save, load and download."""
     stage, side, player = layout.stage, layout.side, layout.player
     game = [player, *layout.screen, stage.command, stage.back]
@@ -333,7 +352,7 @@ def wire_game(ui: GameUI, layout: Layout, queue_of: Queues) -> None:
         outputs=switched, trigger_mode="once", **queue_of.light, **PRIVATE,
     )
     side.load.upload(
-        functools.partial(load_game, ui), inputs=[player, side.load], outputs=switched,
+        functools.partial(load_game, ui, uploads), inputs=[player, side.load], outputs=switched,
         **queue_of.files, **PRIVATE,
     )
     side.save.click(
@@ -346,9 +365,10 @@ def wire_game(ui: GameUI, layout: Layout, queue_of: Queues) -> None:
     )
 
 
-def wire(ui: GameUI, layout: Layout) -> None:
-    """Every browser event of `layout` (inside the Blocks being built)."""
+def wire(ui: GameUI, layout: Layout, uploads: Container[str]) -> None:
+    """Every browser event of `layout` (inside the Blocks being built); `uploads` are the paths
+    of the files players uploaded (Gradio's record), the only ones a load reads."""
     queue_of = queues(ui)
     wire_turn(ui, layout, queue_of)
     wire_chips(ui, layout)
-    wire_game(ui, layout, queue_of)
+    wire_game(ui, layout, queue_of, uploads)

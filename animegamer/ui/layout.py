@@ -28,6 +28,7 @@ from animegamer.serving.settings import Settings
 from animegamer.ui import api, events
 from animegamer.ui.callbacks import (
     SESSION_TTL_S,
+    DiskBudget,
     Engine,
     GameSlot,
     GameUI,
@@ -349,11 +350,14 @@ def build_app(
     run_turn: TurnRunner | None = None,
 ) -> gr.Blocks:
     """The game's Blocks for `engine` (real, nano or preview) and the characters of `registry`."""
-    ui = GameUI(engine, registry, window=settings.window, run_turn=run_turn)
+    ui = GameUI(
+        engine, registry, window=settings.window, run_turn=run_turn,
+        disk=DiskBudget.of(settings),
+    )
     ui.tidy()
     with gr.Blocks(title="AnimeGamer", delete_cache=CACHE_SWEEP) as demo:
         layout = build_layout(ui, engine, settings, examples_dir)
-        events.wire(ui, layout)
-        api.expose(ui, layout)
+        events.wire(ui, layout, demo.upload_file_set)
+        api.expose(ui, layout, demo.upload_file_set)
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=GPU_CONCURRENCY)
     return demo

@@ -71,4 +71,5 @@ def create_app(environ: Mapping[str, str] | None = None) -> tuple[gr.Blocks, dic
         raise StartupError(str(error)) from error
     for line in engine.casting_lines():
         logger.info("plays %s", line)
+    engine.clips.claim()  # a new server holds no game: files an earlier one left go now
     return build_app(engine, registry, settings), launch_options(registry, settings)
