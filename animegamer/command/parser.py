@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 from animegamer.characters.registry import Character, Registry
 from animegamer.game.rules import (
+    ACTION_FIELDS,
     FIELD_LABELS,
+    INSTRUCTION_FIELDS,
     MAX_INSTRUCTION_CHARS,
     Instruction,
     InstructionError,
@@ -44,7 +46,6 @@ TIME_WORDS = frozenset({
 """Words read as the time at the start of a background, besides the game's own times."""
 LABELS = ("character", "motion", "background")
 """The labels of the labelled form."""
-CLOSED_FIELDS = ("character", "adverb", "motion", "time", "place")
 SUGGESTIONS = 3
 """The closest known phrases a refusal offers per field."""
 EXAMPLE = (
@@ -132,7 +133,7 @@ class ClosedVocabulary:
         """`instruction` with each field the world does not know replaced by a chip it
         contains, where it contains one (for the registry's defaults)."""
         values = instruction.fields()
-        for key in ("adverb", "motion", "time", "place"):
+        for key in ACTION_FIELDS:
             values[key] = self.fields[key].within(values[key])
         return make_instruction(values)
 
@@ -141,7 +142,7 @@ class ClosedVocabulary:
         phrases; return when every word is known."""
         values = instruction.fields()
         problems = []
-        for key in CLOSED_FIELDS:
+        for key in INSTRUCTION_FIELDS:
             unknown = self.fields[key].unknown_words(values[key])
             if unknown:
                 closest = ", ".join(self.fields[key].closest(values[key]))

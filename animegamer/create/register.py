@@ -23,10 +23,10 @@ from animegamer.characters.registry import (
     parse_registry,
 )
 from animegamer.data.store import write_atomic
+from animegamer.game.rules import ACTION_FIELDS
 
 EXAMPLES = 5
 """Distinct instructions of the dataset listed as the entry's examples."""
-INSTRUCTION_FIELDS = ("adverb", "motion", "time", "place")
 _TOP_LEVEL = re.compile(r"^[^\s#]")
 
 
@@ -44,7 +44,7 @@ def entry(name: str, character_dir: Path, registry: Path,
     defaults, the next distinct ones as examples."""
     instructions: list[dict[str, str]] = []
     for row in rows:
-        fields = {key: row[key] for key in INSTRUCTION_FIELDS}
+        fields = {key: row[key] for key in ACTION_FIELDS}
         if fields not in instructions:
             instructions.append(fields)
     if not instructions:

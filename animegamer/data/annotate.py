@@ -29,6 +29,7 @@ from animegamer.command.parser import reads_back
 from animegamer.data.decode import read_clip
 from animegamer.data.errors import DataError
 from animegamer.game.rules import (
+    INSTRUCTION_FIELDS,
     Instruction,
     InstructionError,
     make_instruction,
@@ -37,8 +38,7 @@ from animegamer.game.rules import (
 
 PROMPT_FILE = Path(__file__).with_name("prompts") / "annotate.txt"
 ANSWER_FIELDS = (
-    "character_present", "character", "adverb", "motion", "time", "place",
-    "social", "entertainment", "stamina",
+    "character_present", *INSTRUCTION_FIELDS, "social", "entertainment", "stamina",
 )
 ANNOTATED_FRAMES = 4
 MAX_ANSWER_TOKENS = 200

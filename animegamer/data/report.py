@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from animegamer.data.flow import MotionLevels
-
-VOCABULARY_FIELDS = ("adverb", "motion", "time", "place")
+from animegamer.game.rules import ACTION_FIELDS
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ def _videos(records: Sequence[Mapping[str, Any]], found: int) -> dict[str, Any]:
 
 
 def _vocabulary(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    counters: dict[str, Counter[str]] = {name: Counter() for name in VOCABULARY_FIELDS}
+    counters: dict[str, Counter[str]] = {name: Counter() for name in ACTION_FIELDS}
     for row in rows:
         for name, counter in counters.items():
             counter[row[name]] += 1

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 from animegamer.data import dataset, layout
 from animegamer.data.decode import read_clip
 from animegamer.data.errors import DataError
-from animegamer.data.report import VOCABULARY_FIELDS
+from animegamer.game.rules import ACTION_FIELDS
 
 THUMB_WIDTH = 240
 CAPTION_LINES = 4
@@ -76,7 +76,7 @@ def summary(rows: Mapping[str, Sequence[Mapping[str, Any]]], report: Mapping[str
     for name in ("sc", "et", "st"):
         values = Counter(row[name] for row in every)
         lines.append(f"{name}: " + ", ".join(f"{v:+d} × {n}" for v, n in sorted(values.items())))
-    for name in VOCABULARY_FIELDS:
+    for name in ACTION_FIELDS:
         common = Counter(row[name] for row in every).most_common(8)
         lines.append(f"{name} ({len(set(r[name] for r in every))}): "
                      + ", ".join(f"{word} {n}" for word, n in common))

@@ -35,15 +35,6 @@ MAX_GAME_TURNS = 1000
 """The most turns one game keeps (its whole history is saved and shown). At about 0.5-1 MB per
 real clip a saved game of this length stays under the save file's 1 GiB limit, and at the
 paper's 24 s a turn it is almost seven hours of play."""
-INSTRUCTION_FIELDS = ("character", "adverb", "motion", "time", "place")
-FIELD_LABELS = {
-    "character": "Character",
-    "adverb": "Adverb",
-    "motion": "Motion",
-    "time": "Time",
-    "place": "Place",
-}
-
 MAX_INSTRUCTION_CHARS = 600
 """The longest instruction text read: five fields of `MAX_FIELD_CHARS` and the labels fit with
 room to spare; anything longer is refused before it is parsed."""
@@ -109,6 +100,16 @@ class Instruction:
 
     def fields(self) -> dict[str, str]:
         return dataclasses.asdict(self)
+
+
+INSTRUCTION_FIELDS = tuple(field.name for field in dataclasses.fields(Instruction))
+"""The instruction's fields, in the order of its text: the one list of them (the API, the
+annotator's answers, the parser and the chips read it)."""
+ACTION_FIELDS = tuple(name for name in INSTRUCTION_FIELDS if name != "character")
+"""The fields besides the character: what it does, how, when and where (a world's vocabulary,
+a registry entry's defaults after its name, the chips)."""
+FIELD_LABELS = {name: name.capitalize() for name in INSTRUCTION_FIELDS}
+"""How an error message names each field."""
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def expose(ui: GameUI, layout: Layout, uploads: Container[str]) -> None:
     queue_of = queues(ui)
     player, game = layout.player, [layout.player, *layout.screen]
     downloads = [layout.side.downloads]
-    fields = [argument(name) for name in ("character", "adverb", "motion", "time", "place")]
+    fields = [argument(name) for name in INSTRUCTION_FIELDS]
     gr.on(
         [], functools.partial(play, ui),
         inputs=[player, *fields, argument("instruction text"), argument("seed")],

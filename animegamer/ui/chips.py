@@ -13,10 +13,12 @@ from typing import Protocol
 
 from animegamer.characters.registry import Character
 from animegamer.command.parser import ClosedVocabulary
+from animegamer.game.rules import ACTION_FIELDS
 
-PARTS = ("adverbs", "motions", "times", "places")
+PART_FIELDS = {f"{field}s": field for field in ACTION_FIELDS}
+"""Each chip group and the instruction field its chips fill."""
+PARTS = tuple(PART_FIELDS)
 """The chip groups, in the order a command reads: `<adverb> <motion>, <time> <place>`."""
-PART_FIELDS = {"adverbs": "adverb", "motions": "motion", "times": "time", "places": "place"}
 
 
 class HasVocabulary(Protocol):
