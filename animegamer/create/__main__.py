@@ -3,6 +3,7 @@
     python -m animegamer.create --videos DIR --character NAME --reference-image IMG
         (--annotations FILE | --annotator MODEL) --out DIR [--recipe RECIPE ...]
         [--register [REGISTRY]] [--num-proc N] [--allow-unmatched]
+        [--cut-threshold X] [--adaptive-threshold X] [--discontinuity-threshold X]
     python -m animegamer.create example --out DIR
 
 The recipe (default recipes/cpu.yaml) decides the clip size and the feature towers as well as
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
+from animegamer.data.cut_flags import add_cut_arguments, cut_options
 from animegamer.paths import DEFAULT_REGISTRY
 
 
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the one the app reads, assets/characters.yaml)")
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the clip stage")
     add_verbose_flag(parser)
+    add_cut_arguments(parser)
     parser.add_argument("--allow-unmatched", action="store_true",
                         help="train even when more than a tenth of the answers match no shot, "
                         "or their starts look like another unit (the summary gives the count)")
@@ -91,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=args.out, annotations=args.annotations, annotator=args.annotator,
         recipes=tuple(args.recipe or (DEFAULT_RECIPE,)), registry=args.register,
         num_proc=max(1, args.num_proc), allow_unmatched=args.allow_unmatched,
+        cuts=cut_options(args),
     )
     try:
         create_character(options)

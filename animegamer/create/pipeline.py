@@ -27,6 +27,7 @@ from animegamer.data.errors import DataError
 from animegamer.data.extract import ExtractOptions
 from animegamer.data.features import ShotFeatureExtractor, feature_extractor
 from animegamer.data.pipeline import summary
+from animegamer.data.shots import CutOptions
 from animegamer.paths import DEFAULT_REGISTRY, PACKAGE_ROOT
 from animegamer.train.loop import LOGS, read_losses
 from animegamer.train.recipe import DataRecipe, Recipe, RecipeError, load_recipe
@@ -57,6 +58,8 @@ class CreateOptions:
     num_proc: int = 1
     allow_unmatched: bool = False
     """Train even when many answers match no shot (`animegamer.data.matching`)."""
+    cuts: CutOptions = field(default_factory=CutOptions)
+    """The cut detection's settings (`--cut-threshold` and the others)."""
 
     @property
     def dataset(self) -> Path:
@@ -109,7 +112,7 @@ def prepare(options: CreateOptions) -> Prepared:
     build_options = BuildOptions(
         videos=options.videos, character=options.character,
         reference_image=options.reference_image, out=options.dataset,
-        num_proc=options.num_proc, extract=ExtractOptions(height, width),
+        num_proc=options.num_proc, extract=ExtractOptions(height, width, options.cuts),
         allow_unmatched=options.allow_unmatched,
     )
     check_inputs(build_options)

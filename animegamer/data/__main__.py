@@ -2,7 +2,8 @@
 
     build  --videos DIR --character NAME --reference-image IMG --out DATASET
            (--annotations FILE | --annotator MODEL) [--features none|real|tiny] [--limit N]
-           [--num-proc N] [--size H W]
+           [--num-proc N] [--size H W] [--cut-threshold X] [--adaptive-threshold X]
+           [--discontinuity-threshold X] [--allow-unmatched]
     show   DATASET [--png FILE] [--split train|test] [--count N]
 
 `build` also writes DATASET/answers_template.jsonl: one line per kept shot with empty answer
@@ -19,13 +20,13 @@ from pathlib import Path
 from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 from animegamer.data.build import BuildOptions
+from animegamer.data.cut_flags import add_cut_arguments, cut_options
 from animegamer.data.episodes import EPISODE_GAP_S, TEST_FRACTION
 from animegamer.data.errors import DataError
 from animegamer.data.extract import MIN_MOVING, ExtractOptions
 from animegamer.data.features import FEATURE_KINDS
 from animegamer.data.flow import FLOW_METHODS
 from animegamer.data.pipeline import build_dataset, summary
-from animegamer.data.shots import ADAPTIVE_THRESHOLD, CUT_THRESHOLD
 from animegamer.data.show import show
 
 
@@ -50,17 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--batch-size", type=int, default=8, help="shots per annotator batch")
     make.add_argument("--size", type=int, nargs=2, metavar=("H", "W"), default=(480, 720),
                       help="clip height and width (default 480 720)")
-    make.add_argument("--cut-threshold", type=float, default=CUT_THRESHOLD,
-                      help="PySceneDetect's content threshold (colour and edge change)")
-    make.add_argument("--adaptive-threshold", type=float, default=ADAPTIVE_THRESHOLD,
-                      help="PySceneDetect's adaptive threshold (a content spike this many times "
-                      "its neighbours': cuts between shots on the same background)")
+    add_cut_arguments(make)
     make.add_argument("--min-moving", type=float, default=MIN_MOVING,
                       help="fraction of moving pixels below which a clip is static")
     make.add_argument("--flow", choices=FLOW_METHODS, default="farneback",
                       help="optical flow for the motion scope")
     make.add_argument("--test-fraction", type=float, default=TEST_FRACTION,
-                      help="share of the videos whose shots form the test split")
+                      help="share of the shots held out for the test split (whole videos "
+                      "from 10 videos on, else episodes inside the videos)")
     make.add_argument("--episode-gap", type=float, default=EPISODE_GAP_S,
                       help="seconds between shots that still continue an episode")
     make.add_argument("--allow-unmatched", action="store_true",
@@ -84,8 +82,7 @@ def run_build(args: argparse.Namespace) -> int:
         out=args.out, limit=args.limit, num_proc=args.num_proc, batch_size=args.batch_size,
         test_fraction=args.test_fraction, episode_gap=args.episode_gap,
         allow_unmatched=args.allow_unmatched,
-        extract=ExtractOptions(height, width, args.cut_threshold, args.min_moving, args.flow,
-                               args.adaptive_threshold),
+        extract=ExtractOptions(height, width, cut_options(args), args.min_moving, args.flow),
     )
     result = build_dataset(options, args.annotations, args.annotator, args.features)
     print(summary(result))

@@ -18,10 +18,7 @@ from animegamer.data.decode import FrameStream, VideoInfo, probe
 from animegamer.data.errors import VideoError
 from animegamer.data.flow import motion_stats
 from animegamer.data.shots import (
-    ADAPTIVE_THRESHOLD,
     CLIP_FPS,
-    CUT_THRESHOLD,
-    DISCONTINUITY_THRESHOLD,
     Clip,
     CutDetector,
     CutOptions,
@@ -41,11 +38,9 @@ MIN_MOVING = 0.002
 class ExtractOptions:
     height: int = 480
     width: int = 720
-    threshold: float = CUT_THRESHOLD
+    cuts: CutOptions = field(default_factory=CutOptions)
     min_moving: float = MIN_MOVING
     flow_method: str = "farneback"
-    adaptive_threshold: float = ADAPTIVE_THRESHOLD
-    discontinuity_threshold: float = DISCONTINUITY_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -92,8 +87,7 @@ def extract_video(job: VideoJob, options: ExtractOptions) -> dict[str, Any]:
     if problem:
         return _finish(job, record, status="failed", reason=f"{job.path}: {problem}")
     truncated = truncation(job.path)
-    detector = CutDetector(CutOptions(options.threshold, options.adaptive_threshold,
-                                      options.discontinuity_threshold))
+    detector = CutDetector(options.cuts)
     stream = FrameStream(job.path, info, options.height, options.width)
     stats = CutStats()
     kept = static = 0
