@@ -13,7 +13,7 @@ from test_data_annotate import GOOD
 from test_data_shots import CLIP_SIZE, make_video
 
 from animegamer.data.__main__ import main
-from animegamer.data.matching import guess_unit, unmatched_problem
+from animegamer.data.matching import explain, guess_unit, unmatched_problem
 
 SHOT_STARTS = (0.0, 2.5, 5.0, 7.5, 10.0)
 """The test video's shots: five 2.5 s segments at 24 fps."""
@@ -104,3 +104,18 @@ def test_create_stops_before_training_on_millisecond_answers(videos, tmp_path, c
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "look like milliseconds" in error
     assert not (out / "run").exists()
+
+
+def test_an_unmatched_answer_says_what_the_cuts_tell():
+    video = {"video": "v.mp4", "status": "done", "frames": 240,
+             "cuts": [{"start": 2.5}, {"start": 4.0}],
+             "motion_spikes": [{"start": 7.25, "discontinuity": 0.12}]}
+    answers = [{"video": "v.mp4", "start": s, "line": i, "reason": "no shot starts within 0.25 s"}
+               for i, s in enumerate((2.5, 7.3, 8.5, 12.0), start=1)]
+    short, spike, inside, after = (a["reason"] for a in explain(answers, [video]))
+    assert short.endswith("; the segment from 2.500 s lasts 1.50 s, under the 2 s a shot needs")
+    assert "saw a change at 7.250 s but judged it motion inside a shot (discontinuity 0.12)" \
+        in spike and "--discontinuity-threshold" in spike
+    assert inside.endswith("no cut was found there (report.json lists the cuts, videos.cuts, "
+                           "and what was judged as motion, videos.motion_spikes)")
+    assert after == "no shot starts within 0.25 s"  # past the video's end (10 s)

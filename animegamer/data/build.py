@@ -45,7 +45,7 @@ from animegamer.data.errors import DataError, write_error
 from animegamer.data.extract import ExtractOptions, VideoJob, extract_video, run_job
 from animegamer.data.features import ShotFeatureExtractor, is_current, write_features
 from animegamer.data.flow import MotionLevels
-from animegamer.data.matching import check_unmatched, guess_unit
+from animegamer.data.matching import check_unmatched, explain, guess_unit
 from animegamer.data.report import Skip, make_report
 from animegamer.data.shots import MIN_SEGMENT_SECONDS
 from animegamer.data.store import append_record, read_records, write_atomic, write_json
@@ -300,7 +300,7 @@ def _answer_report(
     """Which answers found a shot, which matched none (a file's, with the reason, and the unit
     their starts seem to be in: `matching.guess_unit`) and which kept shots have none."""
     every = [(s.video, s.start) for s in shots] + [(s.video, s.start) for s in static]
-    unmatched = annotator.unmatched(sorted(every))
+    unmatched = explain(annotator.unmatched(sorted(every)), videos)
     missing = [
         {"video": s.video, "start": s.start, "end": round(s.start + MIN_SEGMENT_SECONDS, 6)}
         for s in shots if answers.get(s.shot_id) is None

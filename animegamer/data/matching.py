@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from animegamer.data.annotate import MATCH_TOLERANCE_S
+from animegamer.data.decode import DECODE_FPS
 from animegamer.data.errors import DataError
+from animegamer.data.shots import MIN_SEGMENT_SECONDS
 
 MAX_UNMATCHED_SHARE = 0.1
 """More than this share of a file's answers matching no shot stops the build."""
@@ -83,6 +86,41 @@ def guess_unit(
             start, seconds = next(iter(hits.values()))
             best = UnitGuess(unit.name, len(hits), f"{start:g} → {seconds:.3f}")
     return best
+
+
+def _hint(start: float, video: Mapping[str, Any]) -> str:
+    """What the video's cuts say about an answer at `start` that matched no shot."""
+    near = [spike for spike in video.get("motion_spikes", [])
+            if abs(spike["start"] - start) <= MATCH_TOLERANCE_S]
+    if near:
+        spike = near[0]
+        return (f"; the detectors saw a change at {spike['start']:.3f} s but judged it motion "
+                f"inside a shot (discontinuity {spike['discontinuity']:.2f}): if a cut is "
+                "there, a lower --discontinuity-threshold finds it")
+    end = video.get("frames", 0) / DECODE_FPS
+    bounds = [0.0, *(cut["start"] for cut in video.get("cuts", [])), end]
+    for begin, after in pairwise(bounds):
+        if abs(begin - start) <= MATCH_TOLERANCE_S and after - begin < MIN_SEGMENT_SECONDS:
+            return (f"; the segment from {begin:.3f} s lasts {after - begin:.2f} s, under the "
+                    f"{MIN_SEGMENT_SECONDS:g} s a shot needs")
+    if 0 < start < end:
+        return ("; no cut was found there (report.json lists the cuts, videos.cuts, and what "
+                "was judged as motion, videos.motion_spikes)")
+    return ""
+
+
+def explain(
+    unmatched: Sequence[Mapping[str, Any]], videos: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The unmatched answers, each reason followed by what its video's cuts tell about it: a
+    change judged as motion there (a missed cut?), a segment too short for a shot, or no cut."""
+    done = {video["video"]: video for video in videos if video.get("status") == "done"}
+    explained = []
+    for answer in unmatched:
+        video = done.get(answer["video"])
+        hint = _hint(answer["start"], video) if video is not None else ""
+        explained.append({**answer, "reason": answer["reason"] + hint})
+    return explained
 
 
 def unmatched_problem(answers: Mapping[str, Any], given: int) -> str | None:
