@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from animegamer.characters.registry import DEFAULT_LATENT_SIZE, RegistryError
-
-EXIT_ERROR = 2
+from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_OK
+from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,12 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     character.add_argument(
         "--skip-resource-check", action="store_true", help="do not check free disk and RAM first"
     )
+    for command in (mllm, decoder, character):
+        add_verbose_flag(command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_output(args.verbose)
+    logging.getLogger("animegamer").setLevel(logging.INFO)  # the conversion's own progress
+    if not args.verbose:
+        hide_progress_bars()
     try:
         _run(args)
     except KeyboardInterrupt:
@@ -78,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return EXIT_ERROR
-    return 0
+    return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> None:

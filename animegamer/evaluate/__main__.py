@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import platform
 import sys
 import time
@@ -29,6 +28,8 @@ from animegamer.characters.conversion.character import WORLD_KEY, read_manifest
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.characters.hub import HubError
 from animegamer.characters.registry import RegistryError, load_registry
+from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_OK
+from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 from animegamer.data.flow import LEVEL_COUNT, MotionLevels
 from animegamer.evaluate.backbones import DEFAULT_CLIP, FeatureCache, load_clip, load_dreamsim
 from animegamer.evaluate.benchmark import (
@@ -54,7 +55,6 @@ from animegamer.serving.engine import (
 )
 from animegamer.serving.settings import EngineKind, Settings, SettingsError
 
-EXIT_ERROR = 2
 JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
 
 
@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compare", type=Path, nargs=2, metavar="DIR",
                         help="write OUT/compare.{md,html} from two report folders and stop")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_verbose_flag(parser)
     return parser
 
 
@@ -204,17 +205,19 @@ def evaluate(args: argparse.Namespace) -> int:
     if len(folders) > 1:
         paths = compare(folders, args.out, [f"window {w}" for w in windows], name="windows")
         print("window study: " + ", ".join(map(str, paths)))
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_output(args.verbose)
+    if not args.verbose:
+        hide_progress_bars()
     try:
         if args.compare:
             for path in compare(args.compare, args.out):
                 print(path)
-            return 0
+            return EXIT_OK
         return evaluate(args)
     except (BenchmarkError, RegistryError, SettingsError, HubError, EngineError,
             OSError) as error:
