@@ -66,3 +66,19 @@ def test_each_cut_records_its_detectors_and_scores(tmp_path):
     assert record["start"] == 2.5 and "adaptive" in record["found_by"]
     assert set(record) == {"start", "found_by", "content", "adaptive_ratio", "hash_distance",
                            "histogram_correlation", "discontinuity"}
+
+
+def test_a_stream_that_breaks_off_keeps_the_cuts_found_before(tmp_path):
+    path = tmp_path / "broken.mp4"
+    cuts = write_figure_video(path, SHOTS[:3], fps=24)
+
+    def breaking():
+        for index, frame in enumerate(FrameStream(path, probe(path), *CLIP_SIZE)):
+            if index == round(cuts[1] * DECODE_FPS) + 6:  # 0.25 s after the second cut
+                raise OSError("the file ends here")
+            yield frame
+
+    detector = CutDetector()
+    with pytest.raises(OSError):
+        detector.feed(breaking())
+    assert [cut.frame for cut in detector.cuts] == [round(t * DECODE_FPS) for t in cuts]

@@ -447,7 +447,7 @@ def build(
         },
         skips=[*static, *skipped], rows={split: rows[split] for split in splits}, levels=levels,
         answers=answer_report,
-        split=split.record(len({shot.video for shot, _ in annotated})),
+        split=split.record(len({shot.video for shot, _ in annotated})) if annotated else None,
     )
     write_json(options.out / layout.REPORT, report)
     lap("rows")

@@ -75,5 +75,5 @@ class Continuity:
         across = changed(before[-1], after[0])
         if across == 0:
             return 0.0
-        least = min(changed(a, b) for a in before for b in after)
-        return least / across
+        pairs = np.abs(np.stack(before)[:, None] - np.stack(after)[None]) > PIXEL_CHANGE
+        return float(pairs.mean(axis=(2, 3)).min()) / across

@@ -159,20 +159,22 @@ class CutDetector:
 
         previous: np.ndarray | None = None
         index = 0
-        for index, frame in enumerate(frames):
-            if previous is not None and np.array_equal(frame, previous):
-                continue
-            previous = frame
-            self._continuity.add(index, frame, min([*self._found, index]))
-            timecode = FrameTimecode(index, fps=float(DECODE_FPS))
-            bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
+        try:
+            for index, frame in enumerate(frames):
+                if previous is not None and np.array_equal(frame, previous):
+                    continue
+                previous = frame
+                self._continuity.add(index, frame, min([*self._found, index]))
+                timecode = FrameTimecode(index, fps=float(DECODE_FPS))
+                bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
+                for name, detector in self._detectors.items():
+                    self._add(name, detector.process_frame(timecode, bgr))
+                self._settle(index)
+        finally:  # a stream that breaks off still decides what it found
+            end = FrameTimecode(index, fps=float(DECODE_FPS))
             for name, detector in self._detectors.items():
-                self._add(name, detector.process_frame(timecode, bgr))
-            self._settle(index)
-        end = FrameTimecode(index, fps=float(DECODE_FPS))
-        for name, detector in self._detectors.items():
-            self._add(name, detector.post_process(end))
-        self._settle(None)
+                self._add(name, detector.post_process(end))
+            self._settle(None)
         return self.cuts
 
     def _add(self, name: str, found: Sequence[FrameTimecode]) -> None:
