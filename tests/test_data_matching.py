@@ -118,4 +118,4 @@ def test_an_unmatched_answer_says_what_the_cuts_tell():
         in spike and "--discontinuity-threshold" in spike
     assert inside.endswith("no cut was found there (report.json lists the cuts, videos.cuts, "
                            "and what was judged as motion, videos.motion_spikes)")
-    assert after == "no shot starts within 0.25 s"  # past the video's end (10 s)
+    assert after == "no shot starts within 0.25 s; the video lasts only 10.00 s"

@@ -103,10 +103,10 @@ def _hint(start: float, video: Mapping[str, Any]) -> str:
         if abs(begin - start) <= MATCH_TOLERANCE_S and after - begin < MIN_SEGMENT_SECONDS:
             return (f"; the segment from {begin:.3f} s lasts {after - begin:.2f} s, under the "
                     f"{MIN_SEGMENT_SECONDS:g} s a shot needs")
-    if 0 < start < end:
-        return ("; no cut was found there (report.json lists the cuts, videos.cuts, and what "
-                "was judged as motion, videos.motion_spikes)")
-    return ""
+    if start >= end:
+        return f"; the video lasts only {end:.2f} s"
+    return ("; no cut was found there (report.json lists the cuts, videos.cuts, and what was "
+            "judged as motion, videos.motion_spikes)")
 
 
 def explain(
