@@ -303,7 +303,7 @@ def _placement(preset_name: str) -> Placement:
 
 
 def stage_load(scale: Scale, layout: Layout, preset: str) -> dict:
-    from animegamer.serving.engine import load_character_models
+    from animegamer.serving.loading import load_character_models
     from animegamer.serving.presets import apply_preset, get_preset
 
     chosen = get_preset(preset)
@@ -369,7 +369,7 @@ def stage_decoder_step(scale: Scale, layout: Layout, preset: str) -> dict:
 
 def stage_turn(scale: Scale, layout: Layout, preset: str, steps: int = 50) -> dict:
     from animegamer.game.rules import effective_motion_level
-    from animegamer.serving.engine import load_character_models
+    from animegamer.serving.loading import load_character_models
     from animegamer.serving.presets import apply_preset, get_preset
 
     chosen = get_preset(preset)

@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from animegamer.game.rules import make_instruction, new_session
-from animegamer.serving.engine import create_preview_engine
 from animegamer.serving.settings import EngineKind, Settings
+from animegamer.serving.stand_ins import create_preview_engine
 from animegamer.video.playthrough import concat_mp4
 from animegamer.video.writer import write_mp4
 

@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from animegamer.game.rules import make_instruction, new_session
 from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentPreviewCallback
 from animegamer.models.noise_prior import FrameCorrelatedNoise
-from animegamer.serving.engine import TurnEngine, create_nano_engine, create_preview_engine
+from animegamer.serving.engine import TurnEngine
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_nano_engine, create_preview_engine
 
 MOTIONS = ("fly on broomstick", "sit on railing", "walk through the town", "lie down on grass")
 RELEASE_LATENT = (1, 5, 16, 60, 90)

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from animegamer.game.rules import make_instruction, new_session
-from animegamer.serving.engine import create_nano_engine, create_preview_engine
 from animegamer.serving.settings import EngineKind, Settings
+from animegamer.serving.stand_ins import create_nano_engine, create_preview_engine
 
 MOTIONS = ("fly on broomstick", "sit on railing", "walk through the town", "lie down on grass")
 

@@ -76,8 +76,8 @@ def reference_dir() -> Path:
 @pytest.fixture(scope="session")
 def preview_engine(tmp_path_factory):
     """One preview engine (tiny random models, 2 steps) for every test that plays turns."""
-    from animegamer.serving.engine import create_preview_engine
     from animegamer.serving.settings import Settings
+    from animegamer.serving.stand_ins import create_preview_engine
 
     settings = Settings(
         engine="preview", preview_steps=2, output_dir=tmp_path_factory.mktemp("clips")

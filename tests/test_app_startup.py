@@ -13,7 +13,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from animegamer.characters.conversion.character import write_manifest
-from animegamer.serving.engine import build_preview_directory
+from animegamer.serving.loading import build_preview_directory
 from animegamer.ui import create_app
 from animegamer.ui.startup import StartupError
 

@@ -26,8 +26,8 @@ import pytest
 from conftest import free_port
 
 from animegamer.characters.registry import load_registry
-from animegamer.serving.engine import create_nano_engine
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_nano_engine
 from animegamer.ui.callbacks import shows_live_preview, turn_errors
 from animegamer.ui.events import INVALID
 from animegamer.ui.layout import build_app, launch_options

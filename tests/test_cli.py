@@ -82,7 +82,7 @@ def test_checkpoint_errors_are_one_line_and_exit_two(tmp_path, capsys, monkeypat
     def unreachable(character, *args, **kwargs):
         raise HubError(f"{character.name}: the Hub cannot be reached")
 
-    monkeypatch.setattr("animegamer.serving.engine.resolve_character", unreachable)
+    monkeypatch.setattr("animegamer.serving.casting.resolve_character", unreachable)
     code = main(["play", "--engine", "real", FIRST, "--out", str(tmp_path)])
     assert code == 2
     assert capsys.readouterr().err == (

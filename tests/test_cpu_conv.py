@@ -11,7 +11,7 @@ from torch import nn
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.tiny_decoder import tiny_vae
 from animegamer.serving.devices import CPU_PLACEMENT
-from animegamer.serving.engine import build_preview_directory, load_character_models
+from animegamer.serving.loading import build_preview_directory, load_character_models
 
 pytestmark = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN"

@@ -13,7 +13,8 @@ import torch
 from animegamer.game.rules import Gauges, apply_states, make_instruction, new_session, undo
 from animegamer.serving.clips import ClipStore
 from animegamer.serving.devices import Placement
-from animegamer.serving.engine import TurnEngine, build_preview_directory, load_character_models
+from animegamer.serving.engine import TurnEngine
+from animegamer.serving.loading import build_preview_directory, load_character_models
 from animegamer.serving.settings import EngineKind
 
 

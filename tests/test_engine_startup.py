@@ -11,14 +11,12 @@ import pytest
 import torch
 
 from animegamer.characters.conversion.character import write_manifest
-from animegamer.serving import engine as engine_module
+from animegamer.serving import casting as casting_module
+from animegamer.serving import stand_ins as stand_ins_module
+from animegamer.serving.casting import CPU_WEIGHTS_LIMIT_BYTES, create_engine
 from animegamer.serving.devices import Placement
-from animegamer.serving.engine import (
-    CPU_WEIGHTS_LIMIT_BYTES,
-    CharacterModels,
-    EngineError,
-    create_engine,
-)
+from animegamer.serving.engine import CharacterModels, EngineError
+from animegamer.serving.loading import build_preview_directory
 from animegamer.serving.quantization import NO_QUANTIZATION, Quantization
 from animegamer.serving.settings import Settings
 
@@ -35,8 +33,11 @@ class Startup:
         self.broken = broken
         self.root = root
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(engine_module, "choose_placement", lambda low_vram, zero_gpu: placement)
-        monkeypatch.setattr(engine_module, "load_character_models", self.load)
+        monkeypatch.setattr(casting_module, "choose_placement",
+                            lambda low_vram, zero_gpu: placement)
+        # the engines of own weights and the Nano stand-in load through it alike
+        monkeypatch.setattr(casting_module, "load_character_models", self.load)
+        monkeypatch.setattr(stand_ins_module, "load_character_models", self.load)
 
     def resolve(self, name: str) -> Path:
         """A converted release's folder: a manifest, and weights too large for a CPU (a
@@ -74,7 +75,7 @@ def _nano_folder(directory: Path) -> Path:
     from animegamer.characters.conversion.character import SHARED_VAE_KEY, write_manifest
 
     for name in ("Qiqi", "Sosuke"):
-        folder = engine_module.build_preview_directory(directory / name.casefold())
+        folder = build_preview_directory(directory / name.casefold())
         write_manifest(folder, name, {})
         manifest = json.loads((folder / "animegamer.json").read_text())
         manifest[SHARED_VAE_KEY] = "vae"
@@ -195,7 +196,7 @@ def test_a_small_local_folder_plays_its_own_weights_on_the_cpu(monkeypatch, tmp_
     startup = Startup(monkeypatch, GPU, root=tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     nano = _nano_folder(tmp_path / "nano")
-    tux = engine_module.build_preview_directory(tmp_path / "runs" / "tux" / "character")
+    tux = build_preview_directory(tmp_path / "runs" / "tux" / "character")
     write_manifest(tux, "Tux", {"dataset": {"path": "tux"}})
     folders = {"Tux": tux, "Gone": tmp_path / "gone"}
 

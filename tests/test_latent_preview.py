@@ -23,8 +23,8 @@ from animegamer.models.latent_preview import (
 )
 from animegamer.paths import DEFAULT_NANO_DIR
 from animegamer.pipelines.animegamer.tiny import tiny_pipeline
-from animegamer.serving.engine import create_preview_engine
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_preview_engine
 
 
 def _instruction():

@@ -17,8 +17,10 @@ from animegamer.nano import NANO_WORLD
 from animegamer.nano.pipeline import NANO_MAX_BYTES
 from animegamer.nano.probes import NanoProbes, probe_agreement
 from animegamer.paths import DEFAULT_NANO_DIR
-from animegamer.serving.engine import TurnEngine, create_nano_engine, nano_character_folders
+from animegamer.serving.engine import TurnEngine
+from animegamer.serving.loading import nano_character_folders
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_nano_engine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -20,8 +20,8 @@ from animegamer.game.rules import make_instruction, new_session
 from animegamer.nano import NANO_WORLD
 from animegamer.nano import __main__ as nano_cli
 from animegamer.nano import pipeline as nano_pipeline
-from animegamer.serving.stand_ins import create_nano_engine
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_nano_engine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -19,7 +19,7 @@ from animegamer.models.game_state import GameStateModel
 from animegamer.paths import DEFAULT_NANO_DIR
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.serving.devices import CPU_PLACEMENT
-from animegamer.serving.engine import build_preview_directory, load_character_models
+from animegamer.serving.loading import build_preview_directory, load_character_models
 from animegamer.serving.presets import get_preset
 from animegamer.serving.quantization import Quantization
 from animegamer.serving.settings import Settings, SettingsError

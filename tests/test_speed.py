@@ -27,12 +27,9 @@ from animegamer.game.rules import GameStates
 from animegamer.models.tiny_game_state import tiny_game_state_model
 from animegamer.models.tokens import STATE_TOKENS_GENERATED, HistoryTurn, build_prompt
 from animegamer.pipelines.animegamer.tiny import tiny_pipeline
+from animegamer.serving.casting import create_engine
 from animegamer.serving.devices import Placement
-from animegamer.serving.engine import (
-    build_preview_directory,
-    create_engine,
-    load_character_models,
-)
+from animegamer.serving.loading import build_preview_directory, load_character_models
 from animegamer.serving.presets import (
     FAST_STEPS,
     PRESETS,
@@ -304,9 +301,9 @@ def test_regional_compile_keeps_the_output(representation):
 def test_real_engine_applies_the_preset(tmp_path, monkeypatch):
     """A folder too large for the CPU plays on the real engine's placement, under the preset."""
     from animegamer.characters.conversion.character import write_manifest
-    from animegamer.serving import engine as engine_module
+    from animegamer.serving import casting as casting_module
 
-    monkeypatch.setattr(engine_module, "CPU_WEIGHTS_LIMIT_BYTES", 0)
+    monkeypatch.setattr(casting_module, "CPU_WEIGHTS_LIMIT_BYTES", 0)
     settings = Settings(engine="real", preset="fast", steps=50, output_dir=tmp_path / "out")
     directory = build_preview_directory(tmp_path / "character")
     write_manifest(directory, "Qiqi", {})

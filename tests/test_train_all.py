@@ -14,8 +14,8 @@ from tiny_dataset import write_tiny_dataset
 from animegamer.__main__ import main as play_main
 from animegamer.characters.conversion.character import check_layout, read_manifest
 from animegamer.game.rules import make_instruction, new_session
-from animegamer.serving.engine import create_nano_engine
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_nano_engine
 from animegamer.train.__main__ import main
 
 TINY_VAE = {"steps": 2, "batch_size": 1, "train_frames": 9, "block_out_channels": [4, 8, 8, 8],

@@ -16,8 +16,9 @@ from animegamer.models.tiny_shot_encoder import tiny_shot_encoder, tiny_shot_tow
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.tiny import tiny_pipeline
 from animegamer.serving.devices import CPU_PLACEMENT
-from animegamer.serving.engine import create_nano_engine, load_character_models
+from animegamer.serving.loading import load_character_models
 from animegamer.serving.settings import Settings
+from animegamer.serving.stand_ins import create_nano_engine
 from animegamer.train.character import TrainingSummary, assemble_character
 
 

@@ -44,16 +44,13 @@ from animegamer.evaluate.metrics import TurnScorer
 from animegamer.evaluate.reporting import compare, write_report
 from animegamer.nano import NANO_WORLD
 from animegamer.nano.probes import NanoProbes
+from animegamer.serving.casting import create_registry_engine
 from animegamer.serving.clips import ClipStore
 from animegamer.serving.devices import choose_placement
-from animegamer.serving.engine import (
-    EngineError,
-    TurnEngine,
-    create_preview_engine,
-    create_registry_engine,
-    load_character_models,
-)
+from animegamer.serving.engine import EngineError, TurnEngine
+from animegamer.serving.loading import load_character_models
 from animegamer.serving.settings import EngineKind, Settings, SettingsError
+from animegamer.serving.stand_ins import create_preview_engine
 
 JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
 

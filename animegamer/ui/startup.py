@@ -13,7 +13,8 @@ from gradio.utils import get_upload_folder
 
 from animegamer.characters.registry import RegistryError, load_registry
 from animegamer.paths import PACKAGE_ROOT
-from animegamer.serving.engine import EngineError, create_registry_engine
+from animegamer.serving.casting import create_registry_engine
+from animegamer.serving.engine import EngineError
 from animegamer.serving.memory import limit_malloc_arenas
 from animegamer.serving.settings import Settings, SettingsError
 from animegamer.ui.layout import build_app, launch_options
