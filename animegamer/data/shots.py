@@ -1,13 +1,13 @@
-"""Cut detection (PySceneDetect's content, adaptive, hash and histogram detectors, combined, with
-the foreground's discontinuity for the adaptive detector's spikes) and cutting a frame stream
-into clips.
+"""Cut detection (PySceneDetect's content, adaptive, hash and histogram detectors, combined; what
+the last three find is checked against the foreground's discontinuity) and cutting a frame
+stream into clips.
 
 Words: a *segment* is the footage between two detected cuts; a *shot* (the paper's animation
 shot, one row of the dataset) is one clip of `CLIP_FRAMES` frames at `CLIP_FPS` taken from a
 segment. Clips never cross a cut; a segment shorter than `MIN_SEGMENT_SECONDS` gives none
 (counted as too short); a longer one gives consecutive clips.
 
-A video is read twice: once small to find the cuts (`detect_cuts`), once at the clip size to cut
+A video is read twice: once small to find the cuts (`CutDetector`), once at the clip size to cut
 the clips (`cut_clips`), so no frame waits in memory for a decision that comes later.
 """
 
