@@ -12,7 +12,7 @@ from conftest import QIQI_VALUES
 
 from animegamer.characters.registry import load_registry
 from animegamer.ui import GameUI, api
-from animegamer.ui.callbacks import GameSlot
+from animegamer.ui.state import GameSlot
 
 CASES = 150
 KINDS = {bool: "true or false", int: "a number", float: "a number", list: "a list",

@@ -7,7 +7,7 @@ import dataclasses
 from animegamer.__main__ import main
 from animegamer.characters.hub import HubError
 from animegamer.characters.registry import load_registry
-from animegamer.game.savefile import load_game
+from animegamer.game.save_reading import load_game
 from animegamer.play import describe
 
 FIRST = "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."

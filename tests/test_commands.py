@@ -51,3 +51,15 @@ def test_an_unknown_command_is_refused_with_the_list(capsys):
         main(["dance"])
     assert exit_.value.code == 2
     assert "invalid choice: 'dance'" in capsys.readouterr().err
+
+
+def test_quiet_output_keeps_the_quantization_stack_silent_on_import():
+    """Importing the engine imports diffusers, and with it torchao where it is installed (the
+    test requirements install it): its import-time messages stay out of a plain command."""
+    code = ("from animegamer.cli.output import configure_output\n"
+            "configure_output(False)\n"
+            "import animegamer.serving.engine\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

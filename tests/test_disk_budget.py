@@ -25,8 +25,9 @@ from animegamer.game.rules import MAX_GAME_TURNS, record_turn
 from animegamer.serving.clips import LOCK_FILE, PLAYERS_FOLDER, ClipStore, bytes_under
 from animegamer.serving.settings import Settings
 from animegamer.ui import GameUI
-from animegamer.ui.callbacks import DiskBudget, Player
+from animegamer.ui.disk import DiskBudget
 from animegamer.ui.events import Pending, play_pending
+from animegamer.ui.state import Player
 
 QIQI = QIQI_FIELDS
 MB = 1 << 20
@@ -42,7 +43,7 @@ def registry():
 def fresh_ui(registry, tmp_path: Path, steps: int = 2) -> GameUI:
     """A UI on the preview models with a folder of its own (so its sizes are its own), deleting
     at once (no grace period) and with the shipped budget."""
-    from animegamer.serving.engine import create_preview_engine
+    from animegamer.serving.stand_ins import create_preview_engine
 
     settings = Settings(engine="preview", preview_steps=steps, output_dir=tmp_path / "out")
     return GameUI(create_preview_engine(settings), registry, delete_grace_s=0)
@@ -75,11 +76,11 @@ def long_game(ui: GameUI, player: Player, turns: int) -> Player:
 
 def test_ten_saves_and_exports_of_a_game_leave_one_of_each(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    player = ui.play(None, QIQI, "", "1").player
+    player = ui.turns.play(None, QIQI, "", "1").player
     for round_ in range(10):
         if round_ % 3 == 2:  # the game changes now and then: a new save replaces the old one
-            player = ui.play(player, QIQI, "", str(round_)).player
-        saved, exported = Path(ui.save(player)), Path(ui.playthrough(player))
+            player = ui.turns.play(player, QIQI, "", str(round_)).player
+        saved, exported = Path(ui.saves.save(player)), Path(ui.saves.playthrough(player))
         assert saved.is_file() and exported.is_file()
         assert game_files(ui, player, "saves") == [saved]
         assert game_files(ui, player, "exports") == [exported]
@@ -88,25 +89,25 @@ def test_ten_saves_and_exports_of_a_game_leave_one_of_each(registry, tmp_path):
 
 def test_an_unchanged_game_reuses_its_save_and_a_changed_one_replaces_it(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    player = ui.play(None, QIQI, "", "1").player
-    first = Path(ui.save(player))
+    player = ui.turns.play(None, QIQI, "", "1").player
+    first = Path(ui.saves.save(player))
     written = first.stat().st_mtime_ns
     time.sleep(0.01)
-    assert Path(ui.save(player)) == first and first.stat().st_mtime_ns == written
-    undone = ui.undo(ui.play(player, QIQI, "", "2").player).player
-    replayed = ui.play(undone, QIQI, "", "2").player  # same turn count and seed, a new clip
-    second = Path(ui.save(replayed))
+    assert Path(ui.saves.save(player)) == first and first.stat().st_mtime_ns == written
+    undone = ui.turns.undo(ui.turns.play(player, QIQI, "", "2").player).player
+    replayed = ui.turns.play(undone, QIQI, "", "2").player  # same turn count and seed, a new clip
+    second = Path(ui.saves.save(replayed))
     assert second != first and not first.exists()
 
 
 def test_restart_and_the_dropped_previous_game_free_their_saves_and_exports(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    player = ui.play(None, QIQI, "", "1").player
-    files = [Path(ui.save(player)), Path(ui.playthrough(player))]
+    player = ui.turns.play(None, QIQI, "", "1").player
+    files = [Path(ui.saves.save(player)), Path(ui.saves.playthrough(player))]
     clips = ui.files.game_folder(player.session.session_id)
-    player = ui.restart(player).player  # the game is kept to go back to
+    player = ui.games.restart(player).player  # the game is kept to go back to
     assert all(path.exists() for path in files) and clips.exists()
-    player = ui.restart(ui.play(player, QIQI, "", "2").player).player  # it drops out
+    player = ui.games.restart(ui.turns.play(player, QIQI, "", "2").player).player  # it drops out
     assert not any(path.exists() for path in files) and not clips.exists()
 
 
@@ -116,11 +117,11 @@ def test_restart_and_the_dropped_previous_game_free_their_saves_and_exports(regi
 def test_a_1000_turn_game_saved_and_exported_stays_within_the_documented_budget(registry, tmp_path):
     documented = Settings().player_disk_mb * MB
     ui = fresh_ui(registry, tmp_path)
-    assert ui.disk.player_bytes == documented
-    player = long_game(ui, ui.play(None, QIQI, "", "1").player, MAX_GAME_TURNS)
-    player = ui.restart(player).player  # kept as the game to go back to: it still counts
-    player = long_game(ui, ui.play(player, QIQI, "", "2").player, MAX_GAME_TURNS)
-    downloads = [Path(ui.save(player)), Path(ui.playthrough(player))]
+    assert ui.disk.budget.player_bytes == documented
+    player = long_game(ui, ui.turns.play(None, QIQI, "", "1").player, MAX_GAME_TURNS)
+    player = ui.games.restart(player).player  # kept as the game to go back to: it still counts
+    player = long_game(ui, ui.turns.play(player, QIQI, "", "2").player, MAX_GAME_TURNS)
+    downloads = [Path(ui.saves.save(player)), Path(ui.saves.playthrough(player))]
     sessions = (player.session, player.previous_game)
     used = ui.files.player_bytes(player.player_id, sessions)
     assert used == bytes_under([ui.root])  # every file on the server is this player's
@@ -131,37 +132,37 @@ def test_a_1000_turn_game_saved_and_exported_stays_within_the_documented_budget(
 
 def test_a_save_over_the_players_budget_is_refused_and_nothing_stays(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    player = long_game(ui, ui.play(None, QIQI, "", "1").player, 200)
+    player = long_game(ui, ui.turns.play(None, QIQI, "", "1").player, 200)
     clips = bytes_under([ui.root])
-    ui.disk = DiskBudget(player_bytes=clips + clips // 2, total_bytes=100 * clips)
+    ui.disk.budget = DiskBudget(player_bytes=clips + clips // 2, total_bytes=100 * clips)
     with pytest.raises(gr.Error) as refused:
-        ui.save(player)
+        ui.saves.save(player)
     assert refused.value.title == "Your storage is full"
     assert "so the game was not saved; your game is unchanged" in str(refused.value)
     assert game_files(ui, player, "saves") == []
     assert bytes_under([ui.root]) == clips
-    ui.disk = DiskBudget(player_bytes=3 * clips, total_bytes=100 * clips)
-    assert Path(ui.save(player)).is_file()
+    ui.disk.budget = DiskBudget(player_bytes=3 * clips, total_bytes=100 * clips)
+    assert Path(ui.saves.save(player)).is_file()
 
 
 def test_a_save_frees_the_players_other_downloads_before_refusing(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    player = long_game(ui, ui.play(None, QIQI, "", "1").player, 100)
-    exported = Path(ui.playthrough(player))
+    player = long_game(ui, ui.turns.play(None, QIQI, "", "1").player, 100)
+    exported = Path(ui.saves.playthrough(player))
     clips = bytes_under([ui.files.game_folder(player.session.session_id)])
-    ui.disk = DiskBudget(player_bytes=clips * 2 + clips // 2, total_bytes=100 * clips)
-    saved = Path(ui.save(player))  # the export goes to make room for it
+    ui.disk.budget = DiskBudget(player_bytes=clips * 2 + clips // 2, total_bytes=100 * clips)
+    saved = Path(ui.saves.save(player))  # the export goes to make room for it
     assert saved.is_file() and not exported.exists()
-    assert ui.files.player_bytes(player.player_id, [player.session]) <= ui.disk.player_bytes
+    assert ui.files.player_bytes(player.player_id, [player.session]) <= ui.disk.budget.player_bytes
 
 
 def test_a_turn_over_the_players_budget_is_not_kept(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    player = ui.play(None, QIQI, "", "1").player
+    player = ui.turns.play(None, QIQI, "", "1").player
     used = bytes_under([ui.root])
-    ui.disk = DiskBudget(player_bytes=used + 1, total_bytes=100 * used)
+    ui.disk.budget = DiskBudget(player_bytes=used + 1, total_bytes=100 * used)
     with pytest.raises(gr.Error, match="so this turn was not kept; your game is unchanged"):
-        ui.play(player, QIQI, "", "2")
+        ui.turns.play(player, QIQI, "", "2")
     assert bytes_under([ui.root]) == used
     assert sorted(ui.files.game_folder(player.session.session_id).iterdir()) == [
         Path(player.session.turns[0].clip_path or "")
@@ -175,17 +176,17 @@ def test_the_server_budget_evicts_other_players_downloads_of_the_idlest_games_fi
     registry, tmp_path
 ):
     ui = fresh_ui(registry, tmp_path)
-    idle = ui.play(None, QIQI, "", "1").player
-    idle_files = [Path(ui.save(idle)), Path(ui.playthrough(idle))]
-    recent = ui.play(None, QIQI, "", "2").player
-    recent_files = [Path(ui.save(recent)), Path(ui.playthrough(recent))]
+    idle = ui.turns.play(None, QIQI, "", "1").player
+    idle_files = [Path(ui.saves.save(idle)), Path(ui.saves.playthrough(idle))]
+    recent = ui.turns.play(None, QIQI, "", "2").player
+    recent_files = [Path(ui.saves.save(recent)), Path(ui.saves.playthrough(recent))]
     old = time.time() - 600
     for path in [*idle_files, *ui.files.game_folder(idle.session.session_id).iterdir()]:
         os.utime(path, (old, old))
-    me = ui.play(None, QIQI, "", "3").player
+    me = ui.turns.play(None, QIQI, "", "3").player
     total = ui.files.total_bytes()
-    ui.disk = DiskBudget(player_bytes=total, total_bytes=total)
-    mine = Path(ui.save(me))
+    ui.disk.budget = DiskBudget(player_bytes=total, total_bytes=total)
+    mine = Path(ui.saves.save(me))
     assert mine.is_file()
     assert not any(path.exists() for path in idle_files)
     assert all(path.exists() for path in recent_files)
@@ -194,12 +195,12 @@ def test_the_server_budget_evicts_other_players_downloads_of_the_idlest_games_fi
 
 def test_a_server_full_of_games_refuses_a_turn_and_keeps_the_game(registry, tmp_path):
     ui = fresh_ui(registry, tmp_path)
-    other = ui.play(None, QIQI, "", "1").player
-    player = ui.play(None, QIQI, "", "2").player
+    other = ui.turns.play(None, QIQI, "", "1").player
+    player = ui.turns.play(None, QIQI, "", "2").player
     total = ui.files.total_bytes()
-    ui.disk = DiskBudget(player_bytes=total, total_bytes=total)
+    ui.disk.budget = DiskBudget(player_bytes=total, total_bytes=total)
     with pytest.raises(gr.Error) as refused:
-        ui.play(player, QIQI, "", "3")
+        ui.turns.play(player, QIQI, "", "3")
     assert refused.value.title == "Server storage full"
     assert "is used up, so no turn was played. Your game is unchanged" in str(refused.value)
     assert ui.files.total_bytes() == total
@@ -217,10 +218,10 @@ def test_the_budget_settings_come_from_the_environment():
 
 
 def test_a_turn_whose_event_goes_away_is_abandoned_with_its_clip(registry, tmp_path):
-    from animegamer.ui.callbacks import GameSlot
+    from animegamer.ui.state import GameSlot
 
     ui = fresh_ui(registry, tmp_path, steps=8)  # a turn that reports previews
-    slot = GameSlot(ui.root, ui.play(None, QIQI, "", "1").player)
+    slot = GameSlot(ui.root, ui.turns.play(None, QIQI, "", "1").player)
     before = slot.player
     pending = Pending("", ui.read(before.session, "quickly fly on broomstick, day sky"))
     turn = play_pending(ui, slot, pending, "2", progress=None)

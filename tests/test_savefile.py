@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import save as save_safetensors
 
-from animegamer.game import savefile
+from animegamer.game import save_reading
 from animegamer.game.rules import (
     MAX_GAME_TURNS,
     MAX_WINDOW,
@@ -33,7 +33,8 @@ from animegamer.game.rules import (
     restart,
     undo,
 )
-from animegamer.game.savefile import DISK_FULL, SaveFileError, load_game, save_game
+from animegamer.game.save_reading import DISK_FULL, SaveFileError, load_game
+from animegamer.game.savefile import save_game
 from animegamer.video.writer import write_mp4
 
 CHARACTERS = {"Qiqi", "Sosuke"}
@@ -317,7 +318,7 @@ def _no_zipfile(monkeypatch) -> None:
     """Make constructing a ZipFile fail the test: the refusal must come before it."""
     def refuse(*args, **kwargs):
         raise AssertionError("zipfile.ZipFile was constructed")
-    monkeypatch.setattr(savefile.zipfile, "ZipFile", refuse)
+    monkeypatch.setattr(save_reading.zipfile, "ZipFile", refuse)
 
 
 def _refusal_seconds(path: Path, target: Path, match: str) -> float:

@@ -41,8 +41,9 @@ from animegamer.serving.clips import PLAYERS_FOLDER, ClipStore
 from animegamer.serving.engine import Casting, EngineError
 from animegamer.serving.settings import EngineKind
 from animegamer.ui import GameUI, Player
-from animegamer.ui.callbacks import GameSlot, discard_game_files, gpu_seconds
+from animegamer.ui.contracts import gpu_seconds
 from animegamer.ui.examples import ExampleError, load_playthrough, load_playthroughs
+from animegamer.ui.state import GameSlot, discard_game_files
 from animegamer.ui.views import (
     CHAT_TURNS,
     GALLERY_CLIPS,
@@ -76,8 +77,8 @@ def ui(engine, registry):
 def two_turns(engine, registry):
     """A player after two real preview turns (tests using it must not delete its files)."""
     ui = GameUI(engine, registry)
-    first = ui.play(None, QIQI, "", "11")
-    second = ui.play(
+    first = ui.turns.play(None, QIQI, "", "11")
+    second = ui.turns.play(
         first.player, QIQI,
         "Character: Qiqi; Motion: slowly walk along the street; Background: evening town.", "12",
     )
@@ -141,7 +142,7 @@ def test_play_reports_progress_through_the_turn(ui, two_turns):
     """In the game's words, with the time left from the median of the recent turns."""
     _, second = two_turns
     recorder = Recorder()
-    update = ui.play(second.player, QIQI, "", "5", progress=recorder)
+    update = ui.turns.play(second.player, QIQI, "", "5", progress=recorder)
     descriptions = [desc or "" for _, desc in recorder.calls]
     took = [turn.timings.total_s for turn in second.player.session.turns]
     eta = (took[0] + took[1]) / 2
@@ -172,9 +173,9 @@ def test_gauges_show_values_bands_and_last_change(two_turns):
 
 
 def test_undo_removes_the_last_turn_and_its_clip(ui):
-    played = ui.play(None, QIQI, "", "3").player
+    played = ui.turns.play(None, QIQI, "", "3").player
     clip = Path(played.session.turns[-1].clip_path)
-    update = ui.undo(played)
+    update = ui.turns.undo(played)
     assert update.player.session.turns == ()
     assert update.fields == tuple(QIQI[name] for name in INSTRUCTION_FIELDS)
     assert update.screen.gallery == [] and update.screen.clip is None
@@ -182,13 +183,13 @@ def test_undo_removes_the_last_turn_and_its_clip(ui):
     assert not clip.exists()
     assert len(played.session.turns) == 1  # the old state is untouched
     with pytest.raises(gr.Error, match="no turn to undo"):
-        ui.undo(update.player)
+        ui.turns.undo(update.player)
 
 
 def test_restart_gives_fresh_gauges_and_can_be_undone_once(ui):
-    played = ui.play(None, QIQI, "", "4").player
+    played = ui.turns.play(None, QIQI, "", "4").player
     folder = Path(played.session.turns[-1].clip_path).parent
-    update = ui.restart(played)
+    update = ui.games.restart(played)
     session = update.player.session
     assert session.turns == () and session.character == "Qiqi"
     assert session.session_id != played.session.session_id
@@ -197,40 +198,40 @@ def test_restart_gives_fresh_gauges_and_can_be_undone_once(ui):
     assert update.player.previous_game is played.session and folder.is_dir()
     assert "previous game (1 turn) is kept" in update.toast
 
-    again = ui.restart(update.player)  # an empty game never replaces the one to go back to
+    again = ui.games.restart(update.player)  # an empty game never replaces the one to go back to
     assert again.player.previous_game is played.session and folder.is_dir()
-    back = ui.previous_game(again.player)
+    back = ui.games.previous_game(again.player)
     assert back.player.session is played.session and back.player.previous_game is None
     assert back.fields == tuple(QIQI.values())
     assert back.screen.summary["turns"] == 1 and back.toast.startswith("Back to your game")
     with pytest.raises(gr.Error, match="no earlier game"):
-        ui.previous_game(back.player)
+        ui.games.previous_game(back.player)
 
-    newer = ui.play(ui.restart(back.player).player, QIQI, "", "5").player
-    dropped = ui.restart(newer)  # a third game: the first one's clips go
+    newer = ui.turns.play(ui.games.restart(back.player).player, QIQI, "", "5").player
+    dropped = ui.games.restart(newer)  # a third game: the first one's clips go
     assert dropped.player.previous_game is newer.session
     assert not folder.exists()
 
 
 def test_choose_character_starts_a_game_with_them(ui):
-    update = ui.choose_character(None, "Sosuke")
+    update = ui.games.choose_character(None, "Sosuke")
     assert update.player.session.character == "Sosuke"
     assert update.fields == ("Sosuke", "happily", "run along the road", "day", "seaside town")
     assert "New game with Sosuke" in update.screen.status
-    again = ui.choose_character(update.player, "sosuke")
+    again = ui.games.choose_character(update.player, "sosuke")
     assert again.player.session.session_id == update.player.session.session_id
-    played = ui.play(again.player, {**QIQI, "character": "Sosuke"}, "", "1").player
-    switched = ui.choose_character(played, "Qiqi")
+    played = ui.turns.play(again.player, {**QIQI, "character": "Sosuke"}, "", "1").player
+    switched = ui.games.choose_character(played, "Qiqi")
     assert switched.player.previous_game is played.session
-    back = ui.previous_game(switched.player)
+    back = ui.games.previous_game(switched.player)
     assert back.player.session.character == "Sosuke" and len(back.player.session.turns) == 1
     with pytest.raises(gr.Error, match="unknown character"):
-        ui.choose_character(update.player, "Totoro")
+        ui.games.choose_character(update.player, "Totoro")
 
 
 def test_send_reads_the_command_and_shows_a_pending_bubble(ui, two_turns):
     player = ui.new_player()
-    sent = ui.send(player, "run, night town")
+    sent = ui.turns.send(player, "run, night town")
     assert sent.fields == ("Qiqi", "quickly", "run", "night", "town")
     assert sent.text == "run, night town"
     assert [m["role"] for m in sent.chat] == ["user", "assistant"]
@@ -239,17 +240,17 @@ def test_send_reads_the_command_and_shows_a_pending_bubble(ui, two_turns):
     assert player.session.turns == ()
     played = two_turns[1].player  # its last turn: slowly walk along the street, evening town
     took = sorted(turn.timings.total_s for turn in played.session.turns)
-    again = ui.send(played, "sit on railing")
+    again = ui.turns.send(played, "sit on railing")
     assert again.fields == ("Qiqi", "quickly", "sit on railing", "evening", "town")
     assert len(again.chat) == 6
     assert f"(about {(took[0] + took[1]) / 2:.0f} s)" in again.chat[-1]["content"]
     with pytest.raises(gr.Error, match="Type what your character should do") as error:
-        ui.send(played, "  ")
+        ui.turns.send(played, "  ")
     assert error.value.title == "Invalid instruction"
     with pytest.raises(gr.Error, match="This game plays Qiqi"):
-        ui.send(played, "Character: Sosuke; Motion: run; Background: day town.")
+        ui.turns.send(played, "Character: Sosuke; Motion: run; Background: day town.")
     with pytest.raises(gr.Error, match="Motion is too long"):
-        ui.send(played, "x" * 200)
+        ui.turns.send(played, "x" * 200)
     assert len(played.session.turns) == 2
 
 
@@ -263,22 +264,22 @@ def test_chips_change_one_part_of_the_command(ui):
 
 
 def test_parse_reads_every_form_as_play_would(ui, two_turns):
-    assert ui.parse(None, "Character: Qiqi; Motion: calmly look at the sea; "
+    assert ui.turns.parse(None, "Character: Qiqi; Motion: calmly look at the sea; "
                           "Background: evening harbour.") == (
         "Qiqi", "calmly", "look at the sea", "evening", "harbour"
     )
     played = two_turns[1].player  # its last turn: slowly walk along the street, evening town
-    assert ui.parse(played, "sit on railing") == (
+    assert ui.turns.parse(played, "sit on railing") == (
         "Qiqi", "quickly", "sit on railing", "evening", "town"
     )
     with pytest.raises(gr.Error) as error:
-        ui.parse(None, "Character: Qiqi; Mood: happy; Motion: run")
+        ui.turns.parse(None, "Character: Qiqi; Mood: happy; Motion: run")
     message = error.value.message
     assert message.startswith("Invalid instruction: Could not read the instruction. Type e.g.")
     assert message.count("Could not read") == 1 and "&#" not in message
     assert "'quickly fly on broomstick, day sky'" in message
     with pytest.raises(gr.Error, match="This game plays Qiqi"):
-        ui.parse(None, "Character: Sosuke; Motion: run")
+        ui.turns.parse(None, "Character: Sosuke; Motion: run")
 
 
 # Save, load, playthrough ------------------------------------------------------------------------
@@ -286,10 +287,10 @@ def test_parse_reads_every_form_as_play_would(ui, two_turns):
 
 def test_save_and_load_round_trip(ui, two_turns):
     _, second = two_turns
-    path = Path(ui.save(second.player))
+    path = Path(ui.saves.save(second.player))
     assert path.suffix == ".zip" and path.is_file()
     fresh = ui.new_player()
-    loaded = ui.load(fresh, str(path))
+    loaded = ui.saves.load(fresh, str(path))
     session = loaded.player.session
     original = second.player.session
     assert [dataclasses.replace(t, clip_path="") for t in session.turns] == [
@@ -311,9 +312,9 @@ def test_load_rejects_a_bad_file_and_keeps_the_game(ui, two_turns, tmp_path):
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")
     with pytest.raises(gr.Error, match="not a saved game"):
-        ui.load(second.player, str(bad))
+        ui.saves.load(second.player, str(bad))
     with pytest.raises(gr.Error, match="Choose a saved game"):
-        ui.load(second.player, None)
+        ui.saves.load(second.player, None)
     assert len(second.player.session.turns) == 2
     assert all(Path(t.clip_path).is_file() for t in second.player.session.turns)
 
@@ -328,20 +329,20 @@ def test_load_refuses_a_game_of_other_models(ui, two_turns, tmp_path):
     )
     path = save_game(wide, tmp_path / "real.zip")
     with pytest.raises(gr.Error, match="saved with other models"):
-        ui.load(second.player, str(path))
+        ui.saves.load(second.player, str(path))
     assert ui.engine.representation_dim == 64
 
 
 def test_save_and_playthrough_need_a_turn(ui):
     with pytest.raises(gr.Error, match="nothing to save"):
-        ui.save(None)
+        ui.saves.save(None)
     with pytest.raises(gr.Error, match="no clip yet"):
-        ui.playthrough(ui.new_player())
+        ui.saves.playthrough(ui.new_player())
 
 
 def test_playthrough_concatenates_every_clip(ui, two_turns):
     _, second = two_turns
-    out = ui.playthrough(second.player)
+    out = ui.saves.playthrough(second.player)
     clips = [t.clip_path for t in second.player.session.turns]
     assert frame_count(out) == sum(frame_count(c) for c in clips)
 
@@ -379,10 +380,10 @@ def test_concat_mp4_scales_other_sizes_and_reports_bad_clips(tmp_path):
 
 
 def test_ended_browser_session_deletes_the_players_files(ui):
-    earlier = ui.play(None, QIQI, "", "7").player
+    earlier = ui.turns.play(None, QIQI, "", "7").player
     kept = Path(earlier.session.turns[-1].clip_path).parent
-    played = ui.play(ui.restart(earlier).player, QIQI, "", "6").player
-    saved = Path(ui.save(played))
+    played = ui.turns.play(ui.games.restart(earlier).player, QIQI, "", "6").player
+    saved = Path(ui.saves.save(played))
     folder = Path(played.session.turns[-1].clip_path).parent
     assert kept.is_dir()
     discard_game_files(GameSlot(ui.root, played))
@@ -419,13 +420,13 @@ def test_sweep_removes_only_stale_folders(ui):
 def test_invalid_instructions_are_refused(ui, fields, message):
     player = ui.new_player()
     with pytest.raises(gr.Error, match=message):
-        ui.play(player, fields, "", "random")
+        ui.turns.play(player, fields, "", "random")
     assert player.session.turns == ()
 
 
 def test_hostile_text_is_refused_or_escaped(ui):
-    assert ui.parse(None, "<script>alert(1)</script>")[2] == "scriptalert(1)/script"
-    update = ui.play(
+    assert ui.turns.parse(None, "<script>alert(1)</script>")[2] == "scriptalert(1)/script"
+    update = ui.turns.play(
         None,
         {**QIQI, "motion": 'wave <img src=x onerror="alert(1)"> & smile', "place": "sky 🌸"},
         "",
@@ -444,7 +445,7 @@ def test_hostile_text_is_refused_or_escaped(ui):
 def test_invalid_seeds_are_refused(ui, seed):
     player = ui.new_player()
     with pytest.raises(gr.Error) as error:
-        ui.play(player, QIQI, "", seed)
+        ui.turns.play(player, QIQI, "", seed)
     assert error.value.message.startswith("Invalid seed: The seed must be a whole number")
     assert error.value.title == "Invalid seed" and player.session.turns == ()
 
@@ -498,7 +499,7 @@ def test_engine_failures_become_messages_and_keep_the_game(
     ui = GameUI(FailingEngine(error, tmp_path), registry)
     player = ui.new_player()
     with pytest.raises(gr.Error, match=message) as caught:
-        ui.play(player, QIQI, "", "1")
+        ui.turns.play(player, QIQI, "", "1")
     assert caught.value.title == title
     assert "<b>" not in caught.value.message
     assert player.session.turns == ()
@@ -511,7 +512,7 @@ def test_failure_outside_the_gpu_function_is_reported(registry, tmp_path):
 
     ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry, run_turn=broken_runner)
     with pytest.raises(gr.Error, match="ConnectionError"):
-        ui.play(None, QIQI, "", "1")
+        ui.turns.play(None, QIQI, "", "1")
 
 
 class UnreadableStatesEngine(FailingEngine):
@@ -530,7 +531,7 @@ class UnreadableStatesEngine(FailingEngine):
 
 def test_a_real_engine_turn_with_unreadable_states_says_so(registry, tmp_path):
     ui = GameUI(UnreadableStatesEngine(RuntimeError(), tmp_path), registry)
-    screen = ui.play(None, QIQI, "", "3").screen
+    screen = ui.turns.play(None, QIQI, "", "3").screen
     assert ("Turn 1 played (seed 3). The game-state model's state tokens could not be read: "
             "this turn's states count as zero.") in html.unescape(screen.status)
 
@@ -596,14 +597,15 @@ class SlowTurns:
         return self.engine.play(session, instruction, seed=seed)
 
 
-@pytest.mark.parametrize("action", ["undo", "restart"])
+@pytest.mark.parametrize("action", ["turns.undo", "games.restart"])
 def test_an_action_during_a_turn_waits_for_it(engine, registry, action):
     ui = GameUI(engine, registry, run_turn=SlowTurns(engine, 0.5), delete_grace_s=0)
     slot = GameSlot(ui.root)
-    turn = threading.Thread(target=lambda: slot.run(lambda p: ui.play(p, QIQI, "", "9")))
+    turn = threading.Thread(target=lambda: slot.run(lambda p: ui.turns.play(p, QIQI, "", "9")))
     turn.start()
     time.sleep(0.1)
-    after = slot.run(getattr(ui, action))
+    controller, name = action.split(".")
+    after = slot.run(getattr(getattr(ui, controller), name))
     turn.join()
     assert after.player.session.turns == () and slot.player is after.player
     played_folder = ui.root / after.player.session.session_id
@@ -612,10 +614,10 @@ def test_an_action_during_a_turn_waits_for_it(engine, registry, action):
 
 def test_a_failed_action_leaves_the_slot_as_it_was(ui):
     slot = GameSlot(ui.root)
-    slot.run(lambda p: ui.play(p, QIQI, "", "10"))
+    slot.run(lambda p: ui.turns.play(p, QIQI, "", "10"))
     kept = slot.player
     with pytest.raises(gr.Error, match="Motion is empty"):
-        slot.run(lambda p: ui.play(p, {**QIQI, "motion": ""}))
+        slot.run(lambda p: ui.turns.play(p, {**QIQI, "motion": ""}))
     assert slot.player is kept
     assert copy.deepcopy(slot).player is kept and copy.deepcopy(slot) is not slot
 
@@ -627,7 +629,7 @@ def test_a_busy_game_refuses_after_waiting(ui):
     holder.start()
     time.sleep(0.05)
     with pytest.raises(gr.Error, match="still busy"):
-        slot.run(ui.undo, wait_s=0.05)
+        slot.run(ui.turns.undo, wait_s=0.05)
     release.set()
     holder.join()
 
@@ -655,7 +657,7 @@ def test_discarded_files_stay_for_the_grace_period(tmp_path):
 
 def test_a_huge_character_name_is_refused_without_echoing_it(ui):
     with pytest.raises(gr.Error) as error:
-        ui.choose_character(None, "x" * 1_000_000)
+        ui.games.choose_character(None, "x" * 1_000_000)
     assert len(str(error.value)) < 200
 
 
@@ -665,11 +667,11 @@ def test_a_full_disk_is_reported_as_such(engine, registry, tmp_path, monkeypatch
 
     ui = GameUI(engine, registry, run_turn=make_turn_runner_failing(full))
     with pytest.raises(gr.Error, match="disk is full"):
-        ui.play(None, QIQI)
-    played = GameUI(engine, registry).play(None, QIQI, "", "13").player
-    monkeypatch.setattr("animegamer.ui.callbacks.save_game", full)
+        ui.turns.play(None, QIQI)
+    played = GameUI(engine, registry).turns.play(None, QIQI, "", "13").player
+    monkeypatch.setattr("animegamer.ui.saves.save_game", full)
     with pytest.raises(gr.Error, match="disk is full"):
-        ui.save(played)
+        ui.saves.save(played)
 
 
 def test_a_full_disk_under_the_clip_writer_is_reported_as_such(engine, registry, monkeypatch):
@@ -681,17 +683,17 @@ def test_a_full_disk_under_the_clip_writer_is_reported_as_such(engine, registry,
     monkeypatch.setattr(engine.clips, "write_clip", broken_pipe)
     ui = GameUI(engine, registry)
     with pytest.raises(gr.Error, match="Turn failed: Something went wrong") as error:
-        ui.play(None, QIQI)
+        ui.turns.play(None, QIQI)
     assert error.value.title == "Turn failed"
     full = shutil.disk_usage(engine.clips.root)._replace(free=4096)
-    monkeypatch.setattr("animegamer.ui.callbacks.shutil.disk_usage", lambda path: full)
+    monkeypatch.setattr("animegamer.ui.messages.shutil.disk_usage", lambda path: full)
     with pytest.raises(gr.Error, match=r"Disk full: The server.*disk is full") as error:
-        ui.play(None, QIQI)
+        ui.turns.play(None, QIQI)
     assert error.value.title == "Disk full"
 
 
 def make_turn_runner_failing(failure):
-    from animegamer.ui.callbacks import turn_errors
+    from animegamer.ui.turns import turn_errors
 
     def run_turn(session, instruction, seed, progress=None, on_preview=None):
         with turn_errors():
@@ -701,7 +703,7 @@ def make_turn_runner_failing(failure):
 
 
 def test_a_game_stops_at_its_turn_limit_and_long_games_render_in_bounded_time(ui, engine):
-    played = ui.play(None, QIQI, "", "14").player
+    played = ui.turns.play(None, QIQI, "", "14").player
     turn = played.session.turns[-1]
     session = played.session
     representation = session.representations[-1]
@@ -713,7 +715,7 @@ def test_a_game_stops_at_its_turn_limit_and_long_games_render_in_bounded_time(ui
         )
     full = dataclasses.replace(played, session=session)
     with pytest.raises(gr.Error, match=f"reached {MAX_GAME_TURNS} turns"):
-        ui.play(full, QIQI)
+        ui.turns.play(full, QIQI)
     started = time.perf_counter()
     screen = ui.start(full).screen
     assert time.perf_counter() - started < 1.0
@@ -729,7 +731,7 @@ def test_a_refused_load_leaves_no_folder_behind(ui, tmp_path):
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")
     with pytest.raises(gr.Error, match="not a zip"):
-        ui.load(None, str(bad))
+        ui.saves.load(None, str(bad))
     assert set(ui.root.iterdir()) == before
 
 
@@ -763,11 +765,12 @@ def test_unknown_words_are_refused_before_a_turn_and_change_nothing(
     closed_ui, text, fields, message
 ):
     slot = GameSlot(closed_ui.root)
-    slot.run(lambda p: closed_ui.play(p, QIQI, "", "5"))
+    slot.run(lambda p: closed_ui.turns.play(p, QIQI, "", "5"))
     kept, files = slot.player, files_under(closed_ui.root)
-    actions = [lambda p: closed_ui.play(p, fields or QIQI, text, "6")]
+    actions = [lambda p: closed_ui.turns.play(p, fields or QIQI, text, "6")]
     if fields is None:
-        actions += [lambda p: closed_ui.send(p, text), lambda p: closed_ui.parse(p, text)]
+        actions += [lambda p: closed_ui.turns.send(p, text),
+                    lambda p: closed_ui.turns.parse(p, text)]
     for action in actions:
         with pytest.raises(gr.Error) as error:
             slot.run(action)
@@ -788,9 +791,9 @@ def test_unknown_words_are_refused_before_a_turn_and_change_nothing(
       "walk along the street")],
 )
 def test_known_words_play_in_the_short_and_the_long_form(closed_ui, text, motion):
-    sent = closed_ui.send(None, text)
+    sent = closed_ui.turns.send(None, text)
     assert sent.fields[2] == motion
-    update = closed_ui.play(None, QIQI, text, "3")
+    update = closed_ui.turns.play(None, QIQI, text, "3")
     assert update.player.session.turns[-1].instruction.motion == motion
     assert update.fields == sent.fields
 

@@ -11,8 +11,8 @@ import pytest
 
 from animegamer.characters.registry import load_registry
 from animegamer.ui import GameUI
-from animegamer.ui.callbacks import GameSlot
 from animegamer.ui.events import Pending, restore_after_failure, run_with_previews, send_command
+from animegamer.ui.state import GameSlot
 from animegamer.ui.views import preview_html
 
 
@@ -93,12 +93,12 @@ def test_the_command_line_empties_when_sent_and_returns_when_the_turn_fails(ui):
 
 
 def test_one_notice_per_switch_counts_the_game_it_replaced(ui):
-    played = ui.play(None, {"character": "Qiqi", "adverb": "quickly", "motion": "run",
+    played = ui.turns.play(None, {"character": "Qiqi", "adverb": "quickly", "motion": "run",
                             "time": "day", "place": "town"}, "", "5").player
-    switched = ui.choose_character(played, "Sosuke")
+    switched = ui.games.choose_character(played, "Sosuke")
     assert "previous game (1 turn) is kept" in switched.toast
-    again = ui.choose_character(switched.player, "Qiqi")  # replaces an empty game
+    again = ui.games.choose_character(switched.player, "Qiqi")  # replaces an empty game
     assert again.toast == "New game with Qiqi (Kiki's Delivery Service)."
     assert again.player.previous_game is played.session  # the game with a turn stays
-    same = ui.choose_character(again.player, "Qiqi")  # the picker reporting its choice again
+    same = ui.games.choose_character(again.player, "Qiqi")  # the picker reporting its choice again
     assert same.toast is None and same.player is again.player

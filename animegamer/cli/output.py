@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import warnings
 
 NOISY_LOGGERS = (
     "torchao",
@@ -21,7 +22,13 @@ NOISY_LOGGERS = (
     "diffusers.quantizers.torchao.torchao_quantizer",
 )
 """The loggers that speak on import of the optional quantization stack (see the module doc)."""
+NOISY_WARNINGS = (
+    # peft asks transformers' deprecated alias while wrapping the game-state model for training
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+)
+"""Warnings one library raises about another's API, which the user can do nothing about."""
 FORMAT = "%(levelname)s %(name)s: %(message)s"
+PACKAGE = "animegamer"
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
@@ -32,21 +39,34 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def configure_output(verbose: bool) -> None:
+def configure_output(
+    verbose: bool, *, own_level: int = logging.WARNING, timestamps: bool = False
+) -> None:
     """Set up logging for a command: warnings and errors of every logger (INFO with
-    `verbose`), without `NOISY_LOGGERS` below ERROR unless `verbose`. Call it before the
-    command imports diffusers or transformers (their import is what speaks)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format=FORMAT)
+    `verbose`), this package's own from `own_level` (INFO where its lines are the command's
+    progress: the app, convert), without `NOISY_LOGGERS` below ERROR unless `verbose`. Call it
+    before the command imports diffusers or transformers (their import is what speaks)."""
+    fmt = f"%(asctime)s {FORMAT}" if timestamps else FORMAT
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format=fmt)
+    logging.getLogger(PACKAGE).setLevel(logging.INFO if verbose else own_level)
     level = logging.NOTSET if verbose else logging.ERROR
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    if not verbose:
+        for category, message in NOISY_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
 
 
-def hide_progress_bars() -> None:
-    """Turn off the progress bars diffusers and transformers draw while loading weights
-    (a pipeline's own step bar is `set_progress_bar_config(disable=True)` on it)."""
+def hide_progress_bars(datasets: bool = False) -> None:
+    """Turn off the progress bars diffusers and transformers draw while loading weights (a
+    pipeline's own step bar is `set_progress_bar_config(disable=True)` on it), and with
+    `datasets` the ones `datasets` draws while writing Parquet (the commands that build one)."""
     from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as transformers_logging
 
     diffusers_logging.disable_progress_bar()
     transformers_logging.disable_progress_bar()
+    if datasets:
+        from datasets.utils.tqdm import disable_progress_bars
+
+        disable_progress_bars()

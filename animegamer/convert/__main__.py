@@ -71,8 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_output(args.verbose)
-    logging.getLogger("animegamer").setLevel(logging.INFO)  # the conversion's own progress
+    configure_output(args.verbose, own_level=logging.INFO)  # the conversion's own progress
     if not args.verbose:
         hide_progress_bars()
     try:

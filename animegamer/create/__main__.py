@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_output(args.verbose)
     if not args.verbose:
-        hide_progress_bars()
+        hide_progress_bars(datasets=True)
     from animegamer.create.pipeline import (
         DEFAULT_RECIPE,
         INPUT_ERRORS,

@@ -1,7 +1,8 @@
 """The Gradio UI: `build_app` (layout and events), `GameUI` (the actions), `create_app`."""
 
-from animegamer.ui.callbacks import GameUI, Player, Screen, Update
+from animegamer.ui.callbacks import GameUI
 from animegamer.ui.layout import build_app, launch_options
 from animegamer.ui.startup import create_app
+from animegamer.ui.state import Player, Screen, Update
 
 __all__ = ["GameUI", "Player", "Screen", "Update", "build_app", "create_app", "launch_options"]

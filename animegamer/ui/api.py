@@ -22,8 +22,11 @@ import gradio as gr
 from gradio.components.api_component import Api
 
 from animegamer.game.rules import INSTRUCTION_FIELDS
-from animegamer.ui.callbacks import GameSlot, GameUI, Update, uploaded_path, user_error
+from animegamer.ui.callbacks import GameUI
 from animegamer.ui.events import queues
+from animegamer.ui.messages import user_error
+from animegamer.ui.saves import uploaded_path
+from animegamer.ui.state import GameSlot, Update
 
 if TYPE_CHECKING:
     from animegamer.ui.layout import Layout
@@ -93,7 +96,7 @@ def play(
     }
     line = text(instruction_text, "instruction text", "Invalid instruction")
     seed = seed_argument(seed_text)
-    update = slot.run(lambda current: ui.play(current, values, line, seed, progress))
+    update = slot.run(lambda current: ui.turns.play(current, values, line, seed, progress))
     return [*screen(slot, update), *(update.fields or ()), ""]
 
 
@@ -101,7 +104,7 @@ def parse(ui: GameUI, slot: GameSlot, instruction_text: Any) -> list[str]:
     """`/parse`: the five fields an instruction written as text asks for in the player's game
     (any form the command line reads, gaps filled as `/play` would fill them)."""
     line = text(instruction_text, "instruction text", "Invalid instruction")
-    return list(slot.read(lambda current: ui.parse(current, line)))
+    return list(slot.read(lambda current: ui.turns.parse(current, line)))
 
 
 def load(ui: GameUI, uploads: Container[str], slot: GameSlot, file: Any) -> list[Any]:
@@ -113,7 +116,7 @@ def load(ui: GameUI, uploads: Container[str], slot: GameSlot, file: Any) -> list
         )
     path = text(file.get("path") if file else None, "saved game's path", "Nothing to load")
     uploaded = uploaded_path(path, uploads)
-    return screen(slot, slot.run(lambda current: ui.load(current, uploaded)))
+    return screen(slot, slot.run(lambda current: ui.saves.load(current, uploaded)))
 
 
 def expose(ui: GameUI, layout: Layout, uploads: Container[str]) -> None:
@@ -135,7 +138,10 @@ def expose(ui: GameUI, layout: Layout, uploads: Container[str]) -> None:
         outputs=[argument(name) for name in INSTRUCTION_FIELDS], api_name="parse",
         **queue_of.light,
     )
-    actions = {"undo": ui.undo, "restart": ui.restart, "previous_game": ui.previous_game}
+    actions = {
+        "undo": ui.turns.undo, "restart": ui.games.restart,
+        "previous_game": ui.games.previous_game,
+    }
     for name, action in actions.items():
         gr.on(
             [], functools.partial(run_action, action), inputs=[player], outputs=game,
@@ -149,9 +155,9 @@ def expose(ui: GameUI, layout: Layout, uploads: Container[str]) -> None:
         [], functools.partial(load, ui, uploads), inputs=[player, argument("saved game", FILE)],
         outputs=game, api_name="load", **queue_of.files,
     )
-    gr.on([], functools.partial(read, ui.save), inputs=[player], outputs=downloads,
+    gr.on([], functools.partial(read, ui.saves.save), inputs=[player], outputs=downloads,
           api_name="save", **queue_of.light)
-    gr.on([], functools.partial(read, ui.playthrough), inputs=[player], outputs=downloads,
+    gr.on([], functools.partial(read, ui.saves.playthrough), inputs=[player], outputs=downloads,
           api_name="playthrough", **queue_of.files)
 
 
@@ -161,7 +167,7 @@ def run_action(action: Any, slot: GameSlot) -> list[Any]:
 
 def choose_character(ui: GameUI, slot: GameSlot, name: Any) -> list[Any]:
     chosen = text(name, "character's name", "Unknown character")
-    return screen(slot, slot.run(lambda current: ui.choose_character(current, chosen)))
+    return screen(slot, slot.run(lambda current: ui.games.choose_character(current, chosen)))
 
 
 def read(action: Any, slot: GameSlot) -> str:

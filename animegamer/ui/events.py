@@ -23,16 +23,10 @@ import gradio as gr
 
 from animegamer.command.parser import format_command
 from animegamer.game.rules import Instruction
-from animegamer.ui.callbacks import (
-    GameSlot,
-    GameUI,
-    Player,
-    PreviewCallback,
-    Progress,
-    Update,
-    shows_live_preview,
-    uploaded_path,
-)
+from animegamer.ui.callbacks import GameUI
+from animegamer.ui.contracts import PreviewCallback, Progress, shows_live_preview
+from animegamer.ui.saves import uploaded_path
+from animegamer.ui.state import GameSlot, Player, Update
 from animegamer.ui.views import preview_html
 
 if TYPE_CHECKING:
@@ -126,7 +120,7 @@ def switch_outputs(ui: GameUI, slot: GameSlot, update: Update) -> list[Any]:
 def send_command(ui: GameUI, slot: GameSlot, text: str | None) -> list[Any]:
     """Read the command line: the pending turn, the line emptied, the story with the bubble.
     A command that cannot be read raises, saying why (and `mark_invalid` marks the line)."""
-    sent = ui.send(slot.player, text)
+    sent = ui.turns.send(slot.player, text)
     return [Pending(sent.text, sent.instruction), gr.update(value="", elem_classes=[]), sent.chat]
 
 
@@ -197,9 +191,11 @@ def play_pending(
 
     def turn(on_preview: PreviewCallback | None) -> Update:
         def play(current: Player | None) -> Update:
-            update = ui.play_instruction(current, pending.instruction, seed, progress, on_preview)
+            update = ui.turns.play_instruction(
+                current, pending.instruction, seed, progress, on_preview
+            )
             if abandoned.is_set():
-                ui.abandon(update)
+                ui.turns.abandon(update)
                 raise TurnAbandoned
             return update
 
@@ -242,19 +238,21 @@ def example_command(sample: list[str]) -> str:
 
 
 def undo_turn(ui: GameUI, slot: GameSlot) -> list[Any]:
-    return game_outputs(slot, slot.run(ui.undo))
+    return game_outputs(slot, slot.run(ui.turns.undo))
 
 
 def restart_game(ui: GameUI, slot: GameSlot) -> list[Any]:
-    return game_outputs(slot, slot.run(ui.restart))
+    return game_outputs(slot, slot.run(ui.games.restart))
 
 
 def previous_game(ui: GameUI, slot: GameSlot) -> list[Any]:
-    return switch_outputs(ui, slot, slot.run(ui.previous_game))
+    return switch_outputs(ui, slot, slot.run(ui.games.previous_game))
 
 
 def choose_character(ui: GameUI, slot: GameSlot, name: str) -> list[Any]:
-    return switch_outputs(ui, slot, slot.run(lambda current: ui.choose_character(current, name)))
+    return switch_outputs(
+        ui, slot, slot.run(lambda current: ui.games.choose_character(current, name))
+    )
 
 
 def load_game(
@@ -262,15 +260,15 @@ def load_game(
 ) -> list[Any]:
     """Load the saved game the player uploaded (`uploads`: Gradio's record of the uploads)."""
     uploaded = uploaded_path(path, uploads)
-    return switch_outputs(ui, slot, slot.run(lambda current: ui.load(current, uploaded)))
+    return switch_outputs(ui, slot, slot.run(lambda current: ui.saves.load(current, uploaded)))
 
 
 def save_game(ui: GameUI, slot: GameSlot) -> str:
-    return str(slot.read(ui.save))
+    return str(slot.read(ui.saves.save))
 
 
 def playthrough(ui: GameUI, slot: GameSlot) -> str:
-    return str(slot.read(ui.playthrough))
+    return str(slot.read(ui.saves.playthrough))
 
 
 # Wiring --------------------------------------------------------------------------------------

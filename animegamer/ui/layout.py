@@ -23,21 +23,15 @@ import gradio as gr
 from animegamer.characters.registry import Character, Registry
 from animegamer.command.parser import format_command
 from animegamer.game.rules import MAX_FIELD_CHARS
-from animegamer.game.savefile import MAX_FILE_BYTES
+from animegamer.game.save_reading import MAX_FILE_BYTES
 from animegamer.serving.settings import Settings
 from animegamer.ui import api, events
-from animegamer.ui.callbacks import (
-    SESSION_TTL_S,
-    DiskBudget,
-    Engine,
-    GameSlot,
-    GameUI,
-    TurnRunner,
-    Update,
-    discard_game_files,
-)
+from animegamer.ui.callbacks import GameUI
 from animegamer.ui.chips import PART_FIELDS
+from animegamer.ui.contracts import Engine, TurnRunner
+from animegamer.ui.disk import DiskBudget
 from animegamer.ui.examples import DEFAULT_EXAMPLES_DIR, Playthrough, load_playthroughs
+from animegamer.ui.state import SESSION_TTL_S, GameSlot, Update, discard_game_files
 from animegamer.ui.style import CLIP_HEIGHT, CSS
 from animegamer.ui.views import banner_html
 
