@@ -114,3 +114,29 @@ def test_a_world_vae_takes_the_clips_of_every_dataset_in_turn(dataset, tmp_path)
     both = interleaved_clip_paths([dataset, other])
     assert len(ours) == len(theirs) > 1
     assert both[0::2] == ours and both[1::2] == theirs
+
+
+def test_a_run_goes_on_from_a_saved_vae_and_counts_its_steps(dataset, tmp_path):
+    import torch
+
+    from animegamer.train.vae import STEPS_FILE
+
+    recipe = VaeRecipe(steps=4, train_frames=9, save_every=2, **TINY)
+    first = train_vae([dataset], tmp_path / "first", recipe)
+    assert json.loads((tmp_path / "first" / STEPS_FILE).read_text())["steps"] == 4
+    again = VaeRecipe(steps=3, train_frames=9, **dict(TINY, lr=1e-12))
+    second = train_vae([dataset], tmp_path / "second", again, start_from=tmp_path / "first")
+    # At a vanishing learning rate the weights are the first run's: they were loaded, not drawn.
+    for name, weight in first.state_dict().items():
+        torch.testing.assert_close(second.state_dict()[name], weight, rtol=0, atol=1e-6)
+    assert json.loads((tmp_path / "second" / STEPS_FILE).read_text())["steps"] == 7
+    steps = [json.loads(line)["step"] for line in (tmp_path / "second" / "losses.jsonl").open()]
+    assert steps[0] == 5 and steps[-1] == 7
+
+
+def test_a_run_refuses_to_go_on_from_a_vae_of_another_architecture(dataset, tmp_path):
+    recipe = VaeRecipe(steps=1, train_frames=9, **TINY)
+    train_vae([dataset], tmp_path / "first", recipe)
+    other = VaeRecipe(steps=1, train_frames=9, **dict(TINY, latent_channels=4))
+    with pytest.raises(ValueError, match="latent_channels"):
+        train_vae([dataset], tmp_path / "second", other, start_from=tmp_path / "first")

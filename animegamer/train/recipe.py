@@ -73,6 +73,8 @@ class VaeRecipe(_Section):
     """Clips whose latents set the scaling factor."""
     seed: int = 0
     log_every: int = Field(50, ge=1)
+    save_every: int = Field(500, ge=1)
+    """Steps between the VAE folder's interim saves (a long run cut off keeps its steps)."""
 
     @field_validator("block_out_channels")
     @classmethod
@@ -177,7 +179,7 @@ class TransformerStage(LoraSettings):
     """What phases a and c share besides the LoRA: the learning rate's schedule over the phase,
     `constant` (the paper's) or `cosine` (from `lr` at the first step to 0 after the last), and
     `motion_weight`: 0 is the paper's plain MSE; above 0, latent positions that change over the
-    shot weigh up to 1 + motion_weight in the diffusion loss (`decoder_phase.motion_weights`),
+    shot weigh up to 1 + motion_weight in the diffusion loss (`decoder_model.motion_weights`),
     so a small moving character is not a few percent of a loss its background dominates."""
 
     lr_schedule: Literal["constant", "cosine"] = "constant"

@@ -73,19 +73,27 @@ def train_vae(
     recipe: VaeRecipe,
     max_steps: int | None = None,
     losses: Path | None = None,
+    start_from: Path | None = None,
 ) -> AutoencoderKLCogVideoX:
     """Train on the datasets' train clips (`interleaved_clip_paths`: one VAE for a world's
     characters, each in its own dataset) and save the VAE to `out` (a diffusers model folder,
-    `AutoencoderKLCogVideoX.from_pretrained(out)`); losses go to `losses` (default
-    `out/losses.jsonl`). Not resumable: a tiny world's VAE trains in minutes."""
+    `AutoencoderKLCogVideoX.from_pretrained(out)`) every `recipe.save_every` steps and at the
+    end; losses go to `losses` (default `out/losses.jsonl`, appended to).
+
+    `start_from`: a VAE folder of the recipe's architecture (a committed or interrupted run) to
+    go on training from, so a VAE that needs more steps than one sitting accumulates them;
+    the learning rate schedule starts afresh. Fresh random weights without it."""
     from tqdm.auto import tqdm
 
     paths = interleaved_clip_paths(datasets)
     first = read_clip(paths[0])
     clips = _clip_reader(paths, first.nbytes)
-    rng = random.Random(recipe.seed)
+    rng = random.Random(recipe.seed + _steps_done(start_from))
     torch.manual_seed(recipe.seed)
-    vae = build_vae(recipe, first.shape[1], first.shape[2]).train()
+    vae = build_vae(recipe, first.shape[1], first.shape[2])
+    if start_from is not None:
+        _load_same_architecture(vae, Path(start_from))
+    vae.train()
     optimizer = torch.optim.AdamW(vae.parameters(), lr=recipe.lr, weight_decay=0.0)
     steps = min(recipe.steps, max_steps or recipe.steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -95,7 +103,8 @@ def train_vae(
     out.mkdir(parents=True, exist_ok=True)
     losses = losses or out / "losses.jsonl"
     losses.parent.mkdir(parents=True, exist_ok=True)
-    with losses.open("w", encoding="utf-8") as log, tqdm(
+    done = _steps_done(start_from)
+    with losses.open("a", encoding="utf-8") as log, tqdm(
         range(steps), desc="vae"
     ) as progress:
         for step in progress:
@@ -112,14 +121,52 @@ def train_vae(
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
             if step % recipe.log_every == 0 or step == steps - 1:
-                record = {"step": step + 1, "loss": loss.item(), "l1": l1.item()}
+                record = {"step": done + step + 1, "loss": loss.item(), "l1": l1.item()}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
                 progress.set_postfix(l1=f"{l1.item():.4f}")
+            if (step + 1) % recipe.save_every == 0 and step + 1 < steps:
+                _save(vae, out, done + step + 1)
+                vae.train()
     vae.eval()
     vae.register_to_config(scaling_factor=latent_scaling_factor(vae, paths[: recipe.scale_samples]))
-    vae.save_pretrained(out, safe_serialization=True)
+    _save(vae, out, done + steps)
     return vae
+
+
+STEPS_FILE = "training.json"
+"""Beside a trained VAE's weights: the optimizer steps behind them, which a run that goes on
+from the folder counts from."""
+
+
+def _steps_done(folder: Path | None) -> int:
+    if folder is None or not (Path(folder) / STEPS_FILE).is_file():
+        return 0
+    return int(json.loads((Path(folder) / STEPS_FILE).read_text(encoding="utf-8"))["steps"])
+
+
+def _save(vae: AutoencoderKLCogVideoX, out: Path, steps: int) -> None:
+    """Write the VAE to `out`, and the steps behind it."""
+    vae.eval()
+    vae.save_pretrained(out, safe_serialization=True)
+    (Path(out) / STEPS_FILE).write_text(json.dumps({"steps": steps}) + "\n", encoding="utf-8")
+
+
+def _load_same_architecture(vae: AutoencoderKLCogVideoX, folder: Path) -> None:
+    """Copy the weights of the VAE at `folder` into `vae`, which the recipe built; a VAE of
+    another architecture is refused by name (its latent would not be this recipe's)."""
+    trained = AutoencoderKLCogVideoX.from_pretrained(folder)
+    keys = ("block_out_channels", "latent_channels", "temporal_compression_ratio",
+            "layers_per_block", "norm_num_groups")
+    differ = [k for k in keys if tuple(_listed(trained.config[k])) != tuple(_listed(vae.config[k]))]
+    if differ:
+        raise ValueError(f"{folder}: a VAE of another architecture ({', '.join(differ)} differ "
+                         "from the recipe's vae section); train afresh or use its recipe")
+    vae.load_state_dict(trained.state_dict())
+
+
+def _listed(value: object) -> list:
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _clip_reader(paths: list[Path], clip_bytes: int) -> Callable[[int], np.ndarray]:
@@ -144,7 +191,7 @@ def reconstruction_weights(clips: torch.Tensor, motion_weight: float) -> torch.T
     1 + `motion_weight` × how far the pixel is from its mean over the window (any channel,
     saturating at 0.5, a quarter of the range), so what moves (a character, its limbs) counts
     as much as the static background it stands on. The decoder's diffusion loss weighs latents
-    [B, C, F, H, W] the same way (`decoder_phase.motion_weights`)."""
+    [B, C, F, H, W] the same way (`decoder_model.motion_weights`)."""
     moving = (clips - clips.mean(dim=2, keepdim=True)).abs().amax(dim=1, keepdim=True)
     return 1.0 + motion_weight * (moving / 0.5).clamp(max=1.0)
 
