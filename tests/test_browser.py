@@ -28,9 +28,10 @@ from conftest import free_port
 from animegamer.characters.registry import load_registry
 from animegamer.serving.settings import Settings
 from animegamer.serving.stand_ins import create_nano_engine
+from animegamer.ui.blocks import build_app
 from animegamer.ui.contracts import shows_live_preview
 from animegamer.ui.events import INVALID
-from animegamer.ui.layout import build_app, launch_options
+from animegamer.ui.layout import launch_options
 from animegamer.ui.turns import turn_errors
 
 pytestmark = pytest.mark.browser

@@ -25,7 +25,7 @@ from gradio_client.utils import Status
 
 from animegamer.characters.registry import load_registry
 from animegamer.serving.settings import Settings, SettingsError
-from animegamer.ui.layout import build_app
+from animegamer.ui.blocks import build_app
 
 QIQI = QIQI_VALUES
 SLOW_INSTRUCTION = "Character: Qiqi; Motion: quickly fly; Background: day" + " " * 1500 + ";"

@@ -9,8 +9,8 @@ import pytest
 from animegamer.characters.registry import load_registry
 from animegamer.nano.vocabulary import closed_vocabulary
 from animegamer.serving.settings import Settings
+from animegamer.ui.blocks import build_app
 from animegamer.ui.chips import PARTS, registry_vocabulary, vocabulary_for
-from animegamer.ui.layout import build_app
 from animegamer.ui.views import BANNERS
 
 

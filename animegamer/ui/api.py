@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import reprlib
 from collections.abc import Container
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gradio as gr
 from gradio.components.api_component import Api
@@ -24,12 +24,10 @@ from gradio.components.api_component import Api
 from animegamer.game.rules import INSTRUCTION_FIELDS
 from animegamer.ui.callbacks import GameUI
 from animegamer.ui.events import queues
+from animegamer.ui.layout import Layout
 from animegamer.ui.messages import user_error
 from animegamer.ui.saves import uploaded_path
 from animegamer.ui.state import GameSlot, Update
-
-if TYPE_CHECKING:
-    from animegamer.ui.layout import Layout
 
 TEXT = {"type": "string"}
 FILE = {

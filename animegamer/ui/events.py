@@ -17,7 +17,7 @@ import queue
 import threading
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import gradio as gr
 
@@ -25,12 +25,10 @@ from animegamer.command.parser import format_command
 from animegamer.game.rules import Instruction
 from animegamer.ui.callbacks import GameUI
 from animegamer.ui.contracts import PreviewCallback, Progress, shows_live_preview
+from animegamer.ui.layout import Layout
 from animegamer.ui.saves import uploaded_path
 from animegamer.ui.state import GameSlot, Player, Update
 from animegamer.ui.views import preview_html
-
-if TYPE_CHECKING:
-    from animegamer.ui.layout import Layout
 
 ZERO_GPU_CONCURRENCY = 4
 """ZeroGPU runs each turn in its own worker on its own GPU slice: turns need not queue behind one

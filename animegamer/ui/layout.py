@@ -1,9 +1,9 @@
 """The Gradio Blocks of the game: the components, built by small named builders.
 
-`build_app(engine, registry, settings)` returns the Blocks: `stage`, `suggestions` and `side`
-build the components, `animegamer.ui.events` wires the browser's events and
-`animegamer.ui.api` the named API endpoints. Gradio 6 takes the theme and CSS at `launch()`, so
-they come from `launch_options(registry, settings)`.
+`build_layout` builds the components (`stage`, `suggestions` and `side`) into a `Layout`, which
+`animegamer.ui.events` (the browser's events) and `animegamer.ui.api` (the named endpoints) wire
+in `animegamer.ui.blocks.build_app`. Gradio 6 takes the theme and CSS at `launch()`, so they
+come from `launch_options(registry, settings)`.
 
 The screen is a stage first: who is playing, the newest clip, the gauges under it and one
 command line (Enter plays), then the suggestion chips (one field shown, the others one tap
@@ -25,19 +25,14 @@ from animegamer.command.parser import format_command
 from animegamer.game.rules import MAX_FIELD_CHARS
 from animegamer.game.save_reading import MAX_FILE_BYTES
 from animegamer.serving.settings import Settings
-from animegamer.ui import api, events
 from animegamer.ui.callbacks import GameUI
 from animegamer.ui.chips import PART_FIELDS
-from animegamer.ui.contracts import Engine, TurnRunner
-from animegamer.ui.disk import DiskBudget
-from animegamer.ui.examples import DEFAULT_EXAMPLES_DIR, Playthrough, load_playthroughs
+from animegamer.ui.contracts import Engine
+from animegamer.ui.examples import Playthrough, load_playthroughs
 from animegamer.ui.state import SESSION_TTL_S, GameSlot, Update, discard_game_files
 from animegamer.ui.style import CLIP_HEIGHT, CSS
 from animegamer.ui.views import banner_html
 
-CACHE_SWEEP = (3600, 24 * 3600)
-QUEUE_MAX_SIZE = 32
-GPU_CONCURRENCY = 1
 CHIP_TABS = (("motions", "Do"), ("adverbs", "How"), ("times", "When"), ("places", "Where"))
 """The suggestion tabs, the most useful first: on a phone only the first row shows."""
 CHIP_HINTS = {
@@ -334,24 +329,3 @@ def build_layout(ui: GameUI, engine: Engine, settings: Settings, examples_dir: P
             side = build_side(start)
     return Layout(player, pending, stage, suggestions, side)
 
-
-def build_app(
-    engine: Engine,
-    registry: Registry,
-    settings: Settings,
-    *,
-    examples_dir: Path = DEFAULT_EXAMPLES_DIR,
-    run_turn: TurnRunner | None = None,
-) -> gr.Blocks:
-    """The game's Blocks for `engine` (real, nano or preview) and the characters of `registry`."""
-    ui = GameUI(
-        engine, registry, window=settings.window, run_turn=run_turn,
-        disk=DiskBudget.of(settings),
-    )
-    ui.tidy()
-    with gr.Blocks(title="AnimeGamer", delete_cache=CACHE_SWEEP) as demo:
-        layout = build_layout(ui, engine, settings, examples_dir)
-        events.wire(ui, layout, demo.upload_file_set)
-        api.expose(ui, layout, demo.upload_file_set)
-    demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=GPU_CONCURRENCY)
-    return demo

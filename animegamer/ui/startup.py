@@ -17,7 +17,8 @@ from animegamer.serving.casting import create_registry_engine
 from animegamer.serving.engine import EngineError
 from animegamer.serving.memory import limit_malloc_arenas
 from animegamer.serving.settings import Settings, SettingsError
-from animegamer.ui.layout import build_app, launch_options
+from animegamer.ui.blocks import build_app
+from animegamer.ui.layout import launch_options
 
 logger = logging.getLogger(__name__)
 
