@@ -20,6 +20,7 @@ import gradio as gr
 import pytest
 from conftest import QIQI_FIELDS, QIQI_VALUES, free_port
 from gradio_client import Client
+from gradio_client.utils import Status
 
 from animegamer.game.rules import MAX_GAME_TURNS, record_turn
 from animegamer.serving.clips import LOCK_FILE, PLAYERS_FOLDER, ClipStore, bytes_under
@@ -227,8 +228,7 @@ def test_a_turn_whose_event_goes_away_is_abandoned_with_its_clip(registry, tmp_p
     turn = play_pending(ui, slot, pending, "2", progress=None)
     assert isinstance(next(turn)[-1], str)  # a preview: the turn runs in its worker thread
     turn.close()  # what Gradio does when the tab closes or the turn is cancelled
-    with slot._turn(60):  # once the worker has finished the turn
-        assert slot.player is before
+    assert slot.read(lambda current: current) is before  # read once the worker's turn ended
     assert list(ui.files.game_folder(before.session.session_id).iterdir()) == [
         Path(before.session.turns[0].clip_path or "")
     ]
@@ -271,8 +271,11 @@ def test_kill_9_during_a_turn_then_restart_leaves_no_dead_games_files(tmp_path, 
         client = _connect(f"http://127.0.0.1:{port}/", server)
         client.predict(*QIQI_VALUES, "", "1", api_name="/play")
         client.predict(api_name="/save")
-        client.submit(*QIQI_VALUES, "", "2", api_name="/play")
-        time.sleep(0.2)
+        turn = client.submit(*QIQI_VALUES, "", "2", api_name="/play")
+        deadline = time.monotonic() + 60
+        while turn.status().code != Status.PROGRESS:  # the turn reports its first stage
+            assert time.monotonic() < deadline and not turn.done(), "the turn never started"
+            time.sleep(0.005)
         assert not ClipStore(out).claim()  # the server runs: nothing of its is touched
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=30)
