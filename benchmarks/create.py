@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from animegamer.create.example import EXAMPLE_CHARACTER, write_example  # noqa: E402
-from animegamer.create.pipeline import CreateOptions, create  # noqa: E402
+from animegamer.create.pipeline import CreateOptions, create_character  # noqa: E402
 
 
 def main() -> int:
@@ -46,7 +46,7 @@ def main() -> int:
         registry=registry,
     )
     started = time.perf_counter()
-    create(options, say=lambda line: None)
+    create_character(options, say=lambda line: None)
     total_s = time.perf_counter() - started
     cores = len(os.sched_getaffinity(0))
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
