@@ -7,7 +7,7 @@ VAE. `full` (CUDA only): random weights at the real sizes, nothing downloaded: t
 CogVideoX-2B-sized transformer (LoRA r 64) with the full-size shot encoder on 480×720×17-frame
 latents, and a Mistral-7B-sized game-state model with LoRA r 32, bf16 autocast over fp32 weights
 and gradient checkpointing, as `recipes/paper-*.yaml` train them; peak GPU memory included. A
-step is what the training loop does (`decoder_phase.v_prediction_loss`, the game-state
+step is what the training loop does (`decoder_model.v_prediction_loss`, the game-state
 model's CE + MSE over a `training_sample`, the VAE's L1 + KL), on random inputs of the right
 shapes: phase b and c windows have 3 turns (the mean of the 1–5 mix). The VAE phase is tiny only
 (real characters use CogVideoX's VAE frozen).
@@ -42,7 +42,7 @@ from animegamer.models.tiny_game_state import build_tiny_tokenizer, tiny_game_st
 from animegamer.models.tokens import VOCAB_SIZE
 from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
 from animegamer.pipelines.animegamer.sampling import scheduler_config
-from animegamer.train.decoder_phase import (
+from animegamer.train.decoder_model import (
     ConditionedDecoder,
     add_lora,
     set_trainable,

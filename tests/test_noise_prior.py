@@ -13,7 +13,7 @@ from animegamer.models.transformers.transformer_animegamer import AnimeGamerTran
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.pipelines.animegamer.tiny import tiny_pipeline
-from animegamer.train import decoder_phase
+from animegamer.train import decoder_model
 from animegamer.train.recipe import TinyInit
 
 
@@ -111,7 +111,7 @@ def test_training_noises_the_latents_with_the_transformers_prior(rho: float) -> 
         seen.append(noisy)
         return torch.zeros_like(noisy)
 
-    decoder_phase.v_prediction_loss(
+    decoder_model.v_prediction_loss(
         recording_model, pipeline.scheduler, torch.zeros(32, 5, 16, 8, 12), torch.ones(32),
         torch.Generator().manual_seed(6), noise=pipeline.noise_prior,
     )

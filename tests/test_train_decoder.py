@@ -20,7 +20,7 @@ from animegamer.data.flow import MotionLevels
 from animegamer.data.layout import clip_path, features_path
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.sampling import scheduler_config
-from animegamer.train import decoder_phase
+from animegamer.train import decoder_model, decoder_phase
 from animegamer.train.__main__ import main
 from animegamer.train.decoder_samples import (
     LatentCache,
@@ -119,9 +119,9 @@ def trained(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _tiny_model(dataset: Path) -> decoder_phase.ConditionedDecoder:
+def _tiny_model(dataset: Path) -> decoder_model.ConditionedDecoder:
     pipeline = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels_of(dataset))
-    return decoder_phase.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
+    return decoder_model.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
 
 
 @pytest.mark.parametrize(("levels", "patch", "tokens"), [(4, 2, (4, 6)), (3, 2, (8, 12)),
@@ -205,12 +205,12 @@ def test_trainable_sets_of_each_stage(dataset: Path) -> None:
     model = _tiny_model(dataset)
     encoder = {f"shot_encoder.{n}" for n, _ in model.shot_encoder.named_parameters()}
     ofs = {f"transformer.ofs_embedding.linear_{i}.{w}" for i in (1, 2) for w in ("weight", "bias")}
-    decoder_phase.set_trainable(model, "warmup")
-    assert set(decoder_phase.trainable_names(model)) == encoder | ofs
+    decoder_model.set_trainable(model, "warmup")
+    assert set(decoder_model.trainable_names(model)) == encoder | ofs
     assert len(encoder) == 12  # two Linear-GELU-Linear projections and two LayerNorms
 
-    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
-    decoder_phase.set_trainable(model, "joint")
+    decoder_model.add_lora(model.transformer, LoraSettings(lora_rank=4))
+    decoder_model.set_trainable(model, "joint")
     blocks = range(2)
     adaln = {
         f"transformer.transformer_blocks.{b}.norm{n}.linear.{w}"
@@ -220,12 +220,12 @@ def test_trainable_sets_of_each_stage(dataset: Path) -> None:
         f"transformer.transformer_blocks.{b}.attn1.{p}.lora_{m}.default.weight"
         for b in blocks for p in ("to_q", "to_k", "to_v", "to_out.0") for m in "AB"
     }
-    assert set(decoder_phase.trainable_names(model)) == encoder | ofs | adaln | lora
+    assert set(decoder_model.trainable_names(model)) == encoder | ofs | adaln | lora
     assert model.transformer.transformer_blocks[0].attn1.to_q.lora_A["default"].weight.shape[0] == 4
 
-    adapted = decoder_phase.ConditionedDecoder(model.transformer)
-    decoder_phase.set_trainable(adapted, "adapt")
-    assert set(decoder_phase.trainable_names(adapted)) == ofs | adaln | lora
+    adapted = decoder_model.ConditionedDecoder(model.transformer)
+    decoder_model.set_trainable(adapted, "adapt")
+    assert set(decoder_model.trainable_names(adapted)) == ofs | adaln | lora
 
 
 def test_a_lora_decoder_trains_its_spatial_reference_beside_the_lora(dataset: Path) -> None:
@@ -234,15 +234,15 @@ def test_a_lora_decoder_trains_its_spatial_reference_beside_the_lora(dataset: Pa
     pipeline = decoder_phase.tiny_training_pipeline(
         TinyInit(reference_channels=3), 32, 32, levels_of(dataset)
     )
-    model = decoder_phase.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
+    model = decoder_model.ConditionedDecoder(pipeline.transformer, pipeline.shot_encoder)
     reference = {f"transformer.{layer}.{w}" for layer in ("reference_proj", "patch_embed.proj")
                  for w in ("weight", "bias")}
-    decoder_phase.set_trainable(model, "warmup")
-    assert not reference & set(decoder_phase.trainable_names(model))
-    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
+    decoder_model.set_trainable(model, "warmup")
+    assert not reference & set(decoder_model.trainable_names(model))
+    decoder_model.add_lora(model.transformer, LoraSettings(lora_rank=4))
     for stage in ("joint", "adapt"):
-        decoder_phase.set_trainable(model, stage)
-        names = set(decoder_phase.trainable_names(model))
+        decoder_model.set_trainable(model, stage)
+        names = set(decoder_model.trainable_names(model))
         assert reference <= names
         assert "transformer.transformer_blocks.0.ff.net.0.proj.weight" not in names
 
@@ -252,11 +252,11 @@ def test_full_mode_trains_every_transformer_weight(dataset: Path) -> None:
     model = _tiny_model(dataset)
     encoder = {f"shot_encoder.{n}" for n, _ in model.shot_encoder.named_parameters()}
     transformer = {f"transformer.{n}" for n, _ in model.transformer.named_parameters()}
-    decoder_phase.set_trainable(model, "joint", full=True)
-    assert set(decoder_phase.trainable_names(model)) == encoder | transformer
+    decoder_model.set_trainable(model, "joint", full=True)
+    assert set(decoder_model.trainable_names(model)) == encoder | transformer
     assert "transformer.transformer_blocks.0.ff.net.0.proj.weight" in transformer
-    decoder_phase.set_trainable(model, "adapt", full=True)
-    assert set(decoder_phase.trainable_names(model)) == transformer
+    decoder_model.set_trainable(model, "adapt", full=True)
+    assert set(decoder_model.trainable_names(model)) == transformer
     assert LoraSettings(transformer="full").transformer == "full"
     with pytest.raises(ValueError):
         LoraSettings(transformer="some")
@@ -265,7 +265,7 @@ def test_full_mode_trains_every_transformer_weight(dataset: Path) -> None:
 def test_cfg_dropout_rates_and_independence() -> None:
     text, image = torch.ones(20000, 30, 4), torch.ones(20000, 196, 4)
     generator = torch.Generator().manual_seed(0)
-    text, image = decoder_phase.cfg_dropout(text, image, CfgDropout(), generator)
+    text, image = decoder_model.cfg_dropout(text, image, CfgDropout(), generator)
     text_dropped = text[:, 0, 0] == 0
     image_dropped = image[:, 0, 0] == 0
     assert abs(text_dropped.float().mean().item() - 0.15) < 0.01
@@ -313,15 +313,15 @@ def test_loss_decreases_on_a_fixed_batch(dataset: Path, tmp_path: Path) -> None:
     assert batch["motion_scope"].tolist() == pytest.approx(
         [levels.value(rows[i]["motion_level"]) for i in (0, 1)]
     )
-    decoder_phase.add_lora(model.transformer, LoraSettings(lora_rank=4))
-    decoder_phase.set_trainable(model, "joint")
+    decoder_model.add_lora(model.transformer, LoraSettings(lora_rank=4))
+    decoder_model.set_trainable(model, "joint")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     scheduler = CogVideoXDPMScheduler(**scheduler_config())
     losses = []
     for _ in range(30):
         generator = torch.Generator().manual_seed(0)
         latents = draw_latents(batch["latent_mean"], batch["latent_std"], 1.0, generator)
-        loss = decoder_phase.v_prediction_loss(
+        loss = decoder_model.v_prediction_loss(
             model, scheduler, latents, batch["motion_scope"], generator,
             text_features=batch["text_features"], image_features=batch["image_features"],
         )
@@ -348,7 +348,7 @@ def test_resume_reaches_the_uninterrupted_weights(
     assert (folder / "recipe.json").is_file()  # the recipe digest of `checks`
     counter = EncodeCounter(monkeypatch)
     losses = []
-    original = decoder_phase.v_prediction_loss
+    original = decoder_model.v_prediction_loss
 
     def counted(*args: object, **kwargs: torch.Tensor) -> torch.Tensor:
         losses.append(original(*args, **kwargs))  # type: ignore[arg-type]
@@ -523,7 +523,7 @@ def test_motion_weights_follow_how_far_each_position_moves_over_the_shot() -> No
     latents[0, :, 1, 0, 0] = torch.tensor([0.0, 0.0, 0.0, 0.0, 5.0])  # moves far: saturates
     latents[0, :, 0, 2, 3] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.25])  # moves 0.2 from its mean
     latents[0, :, :, 1, 1] = 3.0  # bright but still
-    weights = decoder_phase.motion_weights(latents, 4.0)
+    weights = decoder_model.motion_weights(latents, 4.0)
     assert weights.shape == (1, 5, 1, 3, 4)
     expected = torch.ones(1, 5, 1, 3, 4)
     expected[0, :4, 0, 0, 0] = 5.0  # |0 - 1| ≥ 0.5 → the whole weight
@@ -531,7 +531,7 @@ def test_motion_weights_follow_how_far_each_position_moves_over_the_shot() -> No
     expected[0, :4, 0, 2, 3] = 1 + 4 * 0.05 / 0.5
     expected[0, 4, 0, 2, 3] = 1 + 4 * 0.2 / 0.5
     torch.testing.assert_close(weights, expected)
-    assert torch.equal(decoder_phase.motion_weights(latents, 0.0), torch.ones(1, 5, 1, 3, 4))
+    assert torch.equal(decoder_model.motion_weights(latents, 0.0), torch.ones(1, 5, 1, 3, 4))
 
 
 def test_the_motion_weighted_loss_counts_errors_where_the_shot_moves_more() -> None:
@@ -556,7 +556,7 @@ def test_the_motion_weighted_loss_counts_errors_where_the_shot_moves_more() -> N
 
     def loss(position: tuple[int, int], weight: float) -> float:
         generator = torch.Generator().manual_seed(0)
-        return decoder_phase.v_prediction_loss(
+        return decoder_model.v_prediction_loss(
             off_at(position), scheduler, latents, torch.ones(2), generator, weight
         ).item()
 
@@ -577,7 +577,7 @@ def test_the_recipes_motion_weight_reaches_the_decoder_loss(
     ))
     assert load_recipe(recipe).decoder.motion_weight == 9.0
     weights: list[object] = []
-    original = decoder_phase.v_prediction_loss
+    original = decoder_model.v_prediction_loss
 
     def recording(*args: object, **kwargs: torch.Tensor) -> torch.Tensor:
         weights.append(args[5])
