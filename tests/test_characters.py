@@ -16,16 +16,15 @@ from pydantic import BaseModel
 
 from animegamer.characters.registry import (
     DEFAULT_LATENT_SIZE,
-    MAX_CHARACTERS,
-    MAX_EXAMPLES,
     RegistryError,
     RegistryFile,
     UnknownCharacterError,
-    _description,
     default_registry_path,
     load_registry,
     parse_registry,
 )
+from animegamer.characters.registry_bounds import MAX_CHARACTERS, MAX_EXAMPLES
+from animegamer.characters.registry_messages import _description
 from animegamer.game import rules as game
 from animegamer.game.rules import Instruction
 

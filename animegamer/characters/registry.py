@@ -16,12 +16,9 @@ path (relative paths are relative to the registry file), anything else is a Hub 
 from __future__ import annotations
 
 import re
-import reprlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -34,30 +31,27 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import PydanticCustomError
 
+from animegamer.characters.registry_bounds import (
+    AVATAR_SUFFIXES,
+    MAX_CHARACTERS,
+    MAX_DISPLAY_CHARS,
+    MAX_EXAMPLES,
+    MAX_LATENT_SIDE,
+    MAX_NAME_CHARS,
+    MAX_PATH_CHARS,
+    MAX_REVISION_CHARS,
+    REGISTRY_FORMAT,
+)
+from animegamer.characters.registry_messages import entry_label, located, schema_message
 from animegamer.game.rules import MAX_FIELD_CHARS, Instruction, make_instruction
 from animegamer.models.decoder_defaults import DEFAULT_LATENT_SIZE
 from animegamer.paths import DEFAULT_REGISTRY
 
-REGISTRY_FORMAT = 1
-MAX_NAME_CHARS = 64
-MAX_DISPLAY_CHARS = 100
-MAX_CHARACTERS = 100
-MAX_EXAMPLES = 50
-MAX_PATH_CHARS = 4096
-MAX_REVISION_CHARS = 255
-MAX_LATENT_SIDE = 256
-"""A latent side of 256 is a 2048-pixel video side; the release's decoder is 60×90."""
-AVATAR_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 _LOCAL_PREFIXES = ("/", "./", "../", "~")
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _REPO_DESCRIPTION = "a Hub repo id 'org/name' or a local path starting with / ./ ../ or ~"
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring = _SHOWN.maxother = 60
-_SHOWN.maxlist = _SHOWN.maxdict = 4
-_SHOWN.maxlevel = 1
 
 
 class RegistryError(ValueError):
@@ -434,7 +428,7 @@ def parse_registry(data: Any, path: Path) -> Registry:
     try:
         schema = RegistryFile.model_validate(data, context={"folder": path.parent})
     except ValidationError as error:
-        raise RegistryError(_schema_message(error, data, path)) from None
+        raise RegistryError(schema_message(error, RegistryFile, data, path)) from None
     _check_unique_names(schema, data, path)
     return Registry(
         path=path,
@@ -448,101 +442,6 @@ def _check_unique_names(schema: RegistryFile, data: Any, path: Path) -> None:
     for index, entry in enumerate(schema.characters):
         earlier = first.setdefault(entry.name.lower(), index)
         if earlier != index:
-            other = _entry_label(data, earlier)
+            other = entry_label(data, earlier)
             problem = f"duplicates the name of {other} (names ignore case)"
-            raise RegistryError(_located(path, data, ("characters", index, "name"), problem))
-
-
-# ---- error messages ----
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The schema model that a field's annotation holds (`list[X] | None` → X), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next(filter(None, map(_model_in, get_args(annotation))), None)
-
-
-def _field_at(loc: Sequence[int | str]) -> tuple[type[BaseModel], FieldInfo | None, int]:
-    """Where an error's location points: the model, the field (None for an unknown field or a
-    list item) and the length of the location up to that field. An error inside a field that
-    holds no model (`latent_size[1]`) is reported at the field itself."""
-    model: type[BaseModel] = RegistryFile
-    for depth, part in enumerate(loc, start=1):
-        if isinstance(part, int):
-            continue
-        info = model.model_fields.get(part)
-        if info is None:
-            return model, None, depth
-        inner = _model_in(info.annotation)
-        if inner is None or depth == len(loc):
-            return model, info, depth
-        model = inner
-    return model, None, len(loc)
-
-
-def _at(data: Any, loc: Sequence[int | str]) -> Any:
-    """The value at `loc` in the parsed YAML, or None."""
-    for part in loc:
-        try:
-            data = data[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return data
-
-
-def _entry_label(data: Any, index: int) -> str:
-    name = _at(data, ("characters", index, "name"))
-    return f"characters[{index}]" + (f" ({name[:MAX_NAME_CHARS]})" if isinstance(name, str) else "")
-
-
-def _dotted(loc: Sequence[int | str]) -> str:
-    """`examples[0].place` for ('examples', 0, 'place')."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
-    return text
-
-
-def _located(path: Path, data: Any, loc: Sequence[int | str], problem: str) -> str:
-    """`FILE: characters[0] (Qiqi): field 'weights.release.revision' PROBLEM`."""
-    where = [str(path)]
-    if len(loc) >= 2 and loc[0] == "characters" and isinstance(loc[1], int):
-        where.append(_entry_label(data, loc[1]))
-        loc = loc[2:]
-    where.append(f"field {_dotted(loc)!r} {problem}" if loc else problem)
-    return ": ".join(where)
-
-
-def _description(info: FieldInfo | None) -> str | None:
-    """What a field must be: its own description, or that of `X` in its `X | None`."""
-    if info is None:
-        return None
-    if info.description or get_origin(info.annotation) not in (Union, UnionType):
-        return info.description
-    found = (m for a in get_args(info.annotation) for m in getattr(a, "__metadata__", ()))
-    return next((m.description for m in found if isinstance(m, FieldInfo)), None)
-
-
-def _problem(
-    error: ErrorDetails, model: type[BaseModel], info: FieldInfo | None, value: Any
-) -> str:
-    kind = error["type"]
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return f"is not a known field (expected one of: {', '.join(sorted(model.model_fields))})"
-    if kind == "value_error":
-        return str(error.get("ctx", {}).get("error", error["msg"]))
-    if value is None and info is not None:
-        return "is required"
-    expected = _description(info) or "a mapping"  # every field without one holds a model
-    return f"must be {expected}, got {_SHOWN.repr(value)}"
-
-
-def _schema_message(error: ValidationError, data: Any, path: Path) -> str:
-    """One message for the first problem pydantic found, naming the entry and the field."""
-    first = error.errors(include_url=False)[0]
-    model, info, depth = _field_at(first["loc"])
-    loc = first["loc"][:depth]
-    return _located(path, data, loc, _problem(first, model, info, _at(data, loc)))
+            raise RegistryError(located(path, data, ("characters", index, "name"), problem))
