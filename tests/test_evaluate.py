@@ -452,7 +452,7 @@ def test_the_command_refuses_a_missing_benchmark(tmp_path, capsys):
 def test_probe_scores_of_a_rendered_shot_agree_with_its_instruction():
     from animegamer.evaluate.metrics import probe_scores
     from animegamer.nano.probes import NanoProbes
-    from animegamer.nano.world import NanoRenderer, WorldState
+    from animegamer.nano.renderer import NanoRenderer, WorldState
 
     instruction = make_instruction({"character": "Sosuke", "adverb": "quickly",
                                     "motion": "run along the road", "time": "evening",

@@ -23,15 +23,9 @@ from animegamer.nano.probes import (
     probe_agreement,
     probe_clip,
 )
+from animegamer.nano.renderer import NanoRenderer, RenderedShot, WorldState
 from animegamer.nano.vocabulary import MOTIONS
-from animegamer.nano.world import (
-    NanoRenderer,
-    RenderedShot,
-    WorldState,
-    first_state,
-    random_instructions,
-    render_episode,
-)
+from animegamer.nano.world import first_state, random_instructions, render_episode
 from animegamer.video.writer import write_mp4
 
 ACCURACY = 0.9

@@ -11,8 +11,8 @@ from transformers import CLIPVisionModel
 from animegamer.game.rules import make_instruction
 from animegamer.models.shot_encoder import clip_pixel_values, image_features
 from animegamer.models.tiny_shot_encoder import tiny_shot_towers
+from animegamer.nano.renderer import NanoRenderer, WorldState
 from animegamer.nano.tower import TowerTraining, train_world_tower
-from animegamer.nano.world import NanoRenderer, WorldState
 
 PLACES = ("grass", "town", "forest", "harbour")
 TIMES = ("day", "evening")

@@ -24,23 +24,25 @@ from animegamer.models.shot_encoder import clip_pixel_values, image_features
 from animegamer.models.tiny_shot_encoder import tiny_shot_towers
 from animegamer.nano import NANO_VOCABULARY
 from animegamer.nano.__main__ import main as nano_main
+from animegamer.nano.renderer import (
+    CLIMB,
+    MAX_TRAVEL,
+    NanoRenderer,
+    RenderedShot,
+    WorldState,
+    state_labels,
+)
 from animegamer.nano.scene import luminance
 from animegamer.nano.sprites import sprite_mask
 from animegamer.nano.vocabulary import MOTIONS, PLACES, TIMES
 from animegamer.nano.world import (
-    CLIMB,
-    MAX_TRAVEL,
     TOWER_DIR,
     TOWER_WIDTH,
     EpisodeRules,
-    NanoRenderer,
-    RenderedShot,
     WorldOptions,
-    WorldState,
     first_state,
     random_instructions,
     render_episode,
-    state_labels,
     world_shots,
 )
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from animegamer.data.annotate import ANSWER_FIELDS
 from animegamer.game.rules import Instruction, make_instruction
+from animegamer.nano.renderer import NanoRenderer, WorldState, state_labels
 from animegamer.nano.sprites import reference_image
 from animegamer.nano.vocabulary import MOTIONS
-from animegamer.nano.world import NanoRenderer, WorldState, state_labels
 from animegamer.video.writer import write_mp4
 
 EXAMPLE_CHARACTER = "Kiki"

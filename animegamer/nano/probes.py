@@ -35,6 +35,7 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from animegamer.game.rules import Instruction
+from animegamer.nano.renderer import FRIEND_SIDE
 from animegamer.nano.scene import GROUND_Y, HEIGHT, WIDTH, render_background, sprite_light
 from animegamer.nano.sprites import (
     BROOM_STICK,
@@ -49,7 +50,6 @@ from animegamer.nano.sprites import (
     WHEEL,
 )
 from animegamer.nano.vocabulary import CHARACTERS, NANO_VOCABULARY, PLACES, TIMES, TimeSpec
-from animegamer.nano.world import FRIEND_SIDE
 
 PROBES = ("time", "place", "character", "motion")
 MOTION_CLASSES: dict[str, tuple[str, ...]] = {
