@@ -3,6 +3,7 @@ pipeline's save/load round trip."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -79,6 +80,16 @@ def test_save_pretrained_round_trip(tiny_model, tmp_path):
     assert "text_embed_dim" not in loaded.config and "ofs_embed_dim" not in loaded.config
     torch.testing.assert_close(loaded.uncond_representation, tiny_model.uncond_representation)
     torch.testing.assert_close(_run(loaded, 5.0), _run(tiny_model, 5.0), rtol=0, atol=0)
+
+
+def test_the_config_holds_the_subclass_arguments_only():
+    """The parent's __init__ runs through `super()` and records its own arguments too; the
+    config keeps exactly this class's, with the input channels before the spatial reference's."""
+    model = AnimeGamerTransformer3DModel(**{**tiny_transformer_config(64), "reference_channels": 8})
+    arguments = set(inspect.signature(AnimeGamerTransformer3DModel.__init__).parameters) - {"self"}
+    assert set(_public(model.config)) == arguments
+    assert model.config.in_channels == 16
+    assert model.patch_embed.proj.in_channels == 16 + 8
 
 
 def test_motion_scope_table():
