@@ -424,7 +424,7 @@ def test_compare_writes_both_reports_side_by_side(json_run, tmp_path):
 
 
 def test_the_command_runs_a_window_study(preview_engine, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("animegamer.evaluate.__main__.create_preview_engine",
+    monkeypatch.setattr("animegamer.evaluate.evaluation.create_preview_engine",
                         lambda settings: preview_engine)
     out = tmp_path / "study"
     code = main(["--character", "Qiqi", "--benchmark", str(REPO / "benchmarks/games/nano.json"),
@@ -495,11 +495,13 @@ def test_a_probed_run_reports_the_world_probes(preview_engine, clip, json_run, t
 
 def test_probes_run_for_a_nano_models_folder_only(tmp_path):
     from animegamer.characters.conversion.character import LAYOUT_FORMAT, MANIFEST_NAME
-    from animegamer.evaluate.__main__ import _probes, build_parser
+    from animegamer.evaluate.__main__ import build_parser, options_from
+    from animegamer.evaluate.evaluation import probes_for as probes_of
 
     def probes_for(*extra: str):
-        args = build_parser().parse_args(["--out", str(tmp_path / "out"), *extra])
-        return _probes(args)
+        args = build_parser().parse_args(["--out", str(tmp_path / "out"), "--benchmark",
+                                          str(tmp_path / "games.json"), *extra])
+        return probes_of(options_from(args))
 
     nano, other = tmp_path / "nano", tmp_path / "other"
     for folder, world in ((nano, {"world": "nano"}), (other, {})):
@@ -515,7 +517,7 @@ def test_probes_run_for_a_nano_models_folder_only(tmp_path):
 
 
 def test_the_command_reports_the_probes_when_asked(preview_engine, tmp_path, monkeypatch):
-    monkeypatch.setattr("animegamer.evaluate.__main__.create_preview_engine",
+    monkeypatch.setattr("animegamer.evaluate.evaluation.create_preview_engine",
                         lambda settings: preview_engine)
     out = tmp_path / "probed"
     code = main(["--character", "Qiqi", "--benchmark", str(REPO / "benchmarks/games/nano.json"),
