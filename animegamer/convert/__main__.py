@@ -12,13 +12,12 @@ with a generated model card. Errors print one line on stderr and exit with statu
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from animegamer.characters.registry import DEFAULT_LATENT_SIZE, RegistryError
+from animegamer.characters.registry import DEFAULT_LATENT_SIZE
 from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_OK
 from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 
@@ -101,37 +100,17 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _character(args: argparse.Namespace) -> None:
-    from animegamer.characters import hub
-    from animegamer.characters.conversion.character import cache_key, convert_release, publish
-    from animegamer.characters.registry import load_registry
-    from animegamer.serving.settings import Settings
+    from animegamer.convert.from_registry import convert_registry_character
 
-    settings = Settings.from_env()
-    character = load_registry(args.registry or settings.registry_path).get(args.name)
-    if character.release is None:
-        raise RegistryError(
-            f"{character.name} has no release source to convert: its registry entry names only "
-            "a converted repo"
-        )
-    check = not args.skip_resource_check and settings.resource_checks
-    if args.out is None:
-        release_only = dataclasses.replace(character, converted=None)
-        cache_dir = args.cache_dir or settings.cache_dir
-        out = hub.resolve_character(release_only, cache_dir, check_resources=check)
-    else:
-        out = args.out
-        sources = hub.resolve_sources(character.release)
-        if hub.is_trusted(out, cache_key(sources)):
-            print(f"{out} already holds this conversion; not converting again")
-        else:
-            files = hub.download_release(character.release, sources)
-            convert_release(files, out, name=character.name, check_resources_first=check)
-    print(f"converted {character.name}: {out}")
-    if args.push_to_hub:
-        commit = publish(out, args.push_to_hub, private=args.private)
+    result = convert_registry_character(
+        args.name, args.out, args.registry, args.cache_dir,
+        check_resources=not args.skip_resource_check, push_to_hub=args.push_to_hub,
+        private=args.private,
+    )
+    if result.published is not None:
         print(
-            f"published {commit.commit_url}; pin it in the registry as "
-            f"converted: {{repo: {args.push_to_hub}, revision: {commit.oid}}}"
+            f"published {result.published}; pin it in the registry as "
+            f"converted: {{repo: {args.push_to_hub}, revision: {result.revision}}}"
         )
 
 
