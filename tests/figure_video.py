@@ -108,9 +108,19 @@ def shot_frames(shot: FigureShot, fps: float, base: np.ndarray) -> list[np.ndarr
     return frames
 
 
+def drifting_clouds(frame: np.ndarray, index: int, speed: float) -> None:
+    """Two clouds in the sky, `speed` pixels further right each frame (at 640 wide)."""
+    width = frame.shape[1]
+    scale = width / 640
+    left = int(index * speed * scale) % width
+    for x in (left, (left + width // 2) % width):
+        frame[int(20 * scale):int(60 * scale), x:x + int(90 * scale)] = (235, 235, 240)
+
+
 def write_figure_video(path: Path, shots: list[FigureShot], fps: float = 24,
-                       size: tuple[int, int] = SIZE) -> list[float]:
-    """Write `shots` one after another on one background; returns each cut's time (s)."""
+                       size: tuple[int, int] = SIZE, clouds: float = 0.0) -> list[float]:
+    """Write `shots` one after another on one background (with `drifting_clouds` at `clouds`
+    pixels a frame, when given); returns each cut's time (s)."""
     base = background(size)
     height, width = size
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +132,8 @@ def write_figure_video(path: Path, shots: list[FigureShot], fps: float = 24,
         if frames:
             cuts.append(frames / fps)
         for frame in shot_frames(shot, fps, base):
+            if clouds:
+                drifting_clouds(frame, frames, clouds)
             writer.send(frame)
             frames += 1
     writer.close()
