@@ -388,7 +388,8 @@ def test_a_converted_repo_is_preferred_and_never_converted(hub_cache, qiqi, call
         hub.resolve_character(incomplete, tmp_path / "other-cache")
 
 
-def test_local_folders_work_everywhere_a_repo_id_does(tiny_release, qiqi, calls, tmp_path):
+def test_local_folders_work_everywhere_a_repo_id_does(tiny_release, qiqi, calls, tmp_path,
+                                                      caplog):
     release_dir = tmp_path / "release"
     (release_dir / "MLLM-Qiqi").mkdir(parents=True)
     shutil.copy(tiny_release["mllm_bin"], release_dir / "MLLM-Qiqi" / "pytorch_model.bin")
@@ -400,10 +401,17 @@ def test_local_folders_work_everywhere_a_repo_id_does(tiny_release, qiqi, calls,
         vae=RepoRef(str(tiny_release["vae"].parent), None, "vae"),
     )
     character = dataclasses.replace(qiqi, release=release)
-    path = hub.resolve_character(character, tmp_path / "animegamer")
+    with caplog.at_level(logging.INFO, logger="animegamer.characters.hub"):
+        path = hub.resolve_character(character, tmp_path / "animegamer")
+        trained = dataclasses.replace(qiqi, converted=RepoRef(str(path), None))
+        assert hub.resolve_character(trained, tmp_path / "animegamer") == path
     assert read_manifest(path)["sources"]["release"]["commit"].startswith("local-")
     assert hub.resolve_character(character, tmp_path / "animegamer") == path
     assert calls == {"mllm": 1, "decoder": 1}
+    # nothing was downloaded, and the log says so
+    assert "local folder Qiqi release: done in" in caplog.text
+    assert f"local folder Qiqi ({path}): done in" in caplog.text
+    assert "download" not in caplog.text
 
 
 def test_disk_and_ram_are_checked_before_anything_is_written(

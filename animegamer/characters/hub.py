@@ -84,7 +84,8 @@ class IncompleteFilesError(HubError):
 
 @contextmanager
 def log_stage(stage: str, subject: str, log: logging.Logger | None = None) -> Iterator[None]:
-    """Log the start of a start-up stage (download, convert, load) and its duration."""
+    """Log the start of a start-up stage (download, local folder, convert, load) and its
+    duration."""
     log = log or logger
     log.info("%s %s: started", stage, subject)
     start = time.perf_counter()
@@ -116,7 +117,7 @@ def resolve_character(
     offline = _offline(local_files_only)
     if character.converted is not None:
         ref = character.converted
-        with log_stage("download", f"{character.name} ({ref.describe()})", log):
+        with log_stage(_fetch_stage(ref), f"{character.name} ({ref.describe()})", log):
             path = fetch(ref, LAYOUT_PATTERNS, token=token, local_files_only=offline)
         _trusted_layout(path, ref.describe())
         return path
@@ -129,7 +130,8 @@ def resolve_character(
     if is_trusted(target, key):
         log.info("cache %s: converted %s found at %s", character.name, key, target)
         return target
-    with log_stage("download", f"{character.name} release", log):
+    stage = _fetch_stage(release.repo, release.base_llm, release.vae)
+    with log_stage(stage, f"{character.name} release", log):
         files = download_release(release, sources, token=token, local_files_only=offline)
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
@@ -149,6 +151,12 @@ def resolve_character(
             log.info("cache %s: removing the superseded conversion %s", key, superseded)
             shutil.rmtree(superseded, ignore_errors=True)
     return target
+
+
+def _fetch_stage(*refs: RepoRef) -> str:
+    """The log's name for fetching `refs`: `local folder` when each is one (nothing is
+    downloaded), `download` otherwise."""
+    return "local folder" if all(ref.is_local for ref in refs) else "download"
 
 
 def _other_conversions(target: Path, name: str) -> list[Path]:
