@@ -86,3 +86,23 @@ def test_build_dataset_refuses_bad_options_before_writing(tmp_path):
     with pytest.raises(DataError, match="--limit must be at least 1"):
         build_dataset(dataclasses.replace(options, limit=0), annotations=paths["answers"])
     assert not (tmp_path / "dataset").exists()
+
+
+def test_play_returns_the_game_it_played_and_tells_each_turn(tmp_path):
+    from animegamer.play import PlayOptions, play
+    from animegamer.serving.settings import EngineKind
+
+    said: list[str] = []
+    options = PlayOptions(["quickly run, day town", "gently sit on railing"], out=tmp_path,
+                          engine=EngineKind.PREVIEW, seed=5, steps=1, save=tmp_path / "g.zip")
+    result = play(options, say=said.append)
+    turns = result.session.turns
+    assert [turn.instruction.text for turn in turns] == [
+        "Character: Qiqi; Motion: quickly run; Background: day town.",
+        "Character: Qiqi; Motion: gently sit on railing; Background: day town.",
+    ]
+    assert [turn.seed for turn in turns] == [5, 6]
+    assert all(Path(turn.clip_path).is_file() for turn in turns)
+    assert result.saved == tmp_path / "g.zip" and result.saved.is_file()
+    assert said[0] == result.casting and result.notice is not None and said[1] == result.notice
+    assert [line.split(":")[0] for line in said[2:]] == ["turn 1", "turn 2"]
