@@ -14,7 +14,7 @@ from animegamer.characters.conversion.character import read_manifest, vae_folder
 from animegamer.data.decode import read_clip
 from animegamer.game.rules import make_instruction, new_session
 from animegamer.nano import NANO_WORLD
-from animegamer.nano.pipeline import NANO_MAX_BYTES
+from animegamer.nano.make_world import NANO_MAX_BYTES
 from animegamer.nano.probes import NanoProbes, probe_agreement
 from animegamer.paths import DEFAULT_NANO_DIR
 from animegamer.serving.engine import TurnEngine

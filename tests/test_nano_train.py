@@ -17,9 +17,8 @@ from animegamer.characters.conversion.character import (
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.data.dataset import read_rows
 from animegamer.game.rules import make_instruction, new_session
-from animegamer.nano import NANO_WORLD
+from animegamer.nano import NANO_WORLD, make_world
 from animegamer.nano import __main__ as nano_cli
-from animegamer.nano import pipeline as nano_pipeline
 from animegamer.serving.settings import Settings
 from animegamer.serving.stand_ins import create_nano_engine
 
@@ -77,7 +76,7 @@ def test_install_refuses_an_incomplete_folder_and_keeps_the_installed_one(tmp_pa
     (tmp_path / "target").mkdir()
     (tmp_path / "target" / "kept").write_text("")
     with pytest.raises(ConversionError, match="not a complete AnimeGamer character"):
-        nano_pipeline.install(tmp_path / "vae", {"qiqi": tmp_path / "qiqi"}, tmp_path / "target")
+        make_world.install(tmp_path / "vae", {"qiqi": tmp_path / "qiqi"}, tmp_path / "target")
     assert (tmp_path / "target" / "kept").exists()
 
 
@@ -92,7 +91,7 @@ def test_bad_world_and_train_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("path", [nano_pipeline.NANO_RECIPE, nano_pipeline.QUICK_RECIPE])
+@pytest.mark.parametrize("path", [make_world.NANO_RECIPE, make_world.QUICK_RECIPE])
 def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(path):
     """The shipped recipe and the quick one the tests train share its path: the world's words
     as whole tokens (read from the world, not copied), a VAE 1× in time (a moving sprite is not
@@ -104,7 +103,7 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(p
     assert yaml.safe_load(path.read_text())["game_state"]["init"]["tiny"]["words"] == "nano-world"
     with pytest.raises(RecipeError, match="the word list 'nano-world' is not given here"):
         load_recipe(path)  # only the Nano commands know the world's words
-    recipe = load_recipe(path, word_lists=nano_pipeline.nano_word_lists())
+    recipe = load_recipe(path, word_lists=make_world.nano_word_lists())
     assert recipe.game_state is not None
     assert isinstance(recipe.game_state.init, TinyGameStateInit)
     assert recipe.game_state.init.tiny.words == world_words()

@@ -26,7 +26,7 @@ from animegamer.data.dataset import read_rows
 from animegamer.data.errors import DataError
 from animegamer.data.extract import ExtractOptions
 from animegamer.data.features import ShotFeatureExtractor, feature_extractor
-from animegamer.data.pipeline import summary
+from animegamer.data.from_videos import summary
 from animegamer.data.shots import CutOptions
 from animegamer.paths import DEFAULT_REGISTRY, PACKAGE_ROOT
 from animegamer.train.loop import LOGS, read_losses

@@ -26,7 +26,7 @@ from animegamer.data.errors import DataError
 from animegamer.data.extract import MIN_MOVING, ExtractOptions
 from animegamer.data.features import FEATURE_KINDS
 from animegamer.data.flow import FLOW_METHODS
-from animegamer.data.pipeline import build_dataset, summary
+from animegamer.data.from_videos import build_dataset, summary
 from animegamer.data.show import show
 
 

@@ -11,7 +11,7 @@ film: the world's VAE once on every character's clips (RUN/vae/), then each char
 a, b, c on its own dataset only (`animegamer.train.train` with `recipes/nano.yaml`, into
 RUN/<character>/). `--install` puts the trained folders where the app plays them without a GPU:
 `assets/nano/vae/` once, and `assets/nano/<character>/`, whose manifest names the shared VAE
-(`convert.character.vae_folder`). The functions: `animegamer.nano.pipeline`.
+(`convert.character.vae_folder`). The functions: `animegamer.nano.make_world`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_world(args: argparse.Namespace) -> int:
-    from animegamer.nano.pipeline import build_datasets
+    from animegamer.nano.make_world import build_datasets
 
     for built in build_datasets(
         args.out, shots=args.shots, seed=args.seed, episode_length=args.episode_length,
@@ -94,7 +94,7 @@ def run_world(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from animegamer.nano.pipeline import NANO_RECIPE, QUICK_RECIPE, train_world
+    from animegamer.nano.make_world import NANO_RECIPE, QUICK_RECIPE, train_world
 
     recipe = args.recipe or (QUICK_RECIPE if args.quick else NANO_RECIPE)
     trained = train_world(args.dataset, args.out, recipe, args.resume,

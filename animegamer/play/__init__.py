@@ -1,6 +1,6 @@
 """Playing instructions as turns without the UI: `play(PlayOptions(...))` is what
-`python -m animegamer play` runs (`turns`)."""
+`python -m animegamer play` runs (`headless`)."""
 
-from animegamer.play.turns import PlayOptions, PlayResult, describe, play, read_all
+from animegamer.play.headless import PlayOptions, PlayResult, describe, play, read_all
 
 __all__ = ["PlayOptions", "PlayResult", "describe", "play", "read_all"]

@@ -1,6 +1,6 @@
 """Videos → a dataset in one call, and the build told in a few lines.
 
-    from animegamer.data.pipeline import build_dataset, summary
+    from animegamer.data.from_videos import build_dataset, summary
 
     result = build_dataset(BuildOptions(videos=Path("videos"), character="Kiki",
                                         reference_image=Path("kiki.png"), out=Path("dataset")),
