@@ -1,24 +1,29 @@
-"""`accelerate launch` with 2 CPU processes (gloo) trains phase b as one process does.
+"""Phase b under `accelerate launch` with 2 CPU processes (gloo) trains as one process does: DDP,
+and FSDP (`configs/accelerate/fsdp.yaml`) stopped, resumed from its sharded checkpoint and
+exported from the gathered shards.
 
 Phase b is exact to compare: without LoRA dropout a step's loss has no randomness, and a batch of
-2 windows is one window per process (DDP averages the gradients) or 2 accumulated micro-steps in
-one process (accelerate averages them): the same gradient, up to float rounding. (Phases a and c
-draw each process's noise from its own generator, so they agree in distribution only.)
-About 45–65 s on 2 busy cores, most of it three processes importing torch; set
-ANIMEGAMER_SKIP_DISTRIBUTED=1 to skip it.
+2 windows is one window per process (DDP averages the gradients, FSDP reduce-scatters their mean)
+or 2 accumulated micro-steps in one process (accelerate averages them): the same gradient, up to
+float rounding. (Phases a and c draw each process's noise from its own generator, so they agree
+in distribution only; they refuse FSDP and ZeRO-3.)
+The DDP test takes about 45–65 s on 2 busy cores, most of it three processes importing torch;
+set ANIMEGAMER_SKIP_DISTRIBUTED=1 to skip both. The FSDP test (two launches, about 100 s) is
+marked `slow`: `pytest -m slow` runs it.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from conftest import free_port
 from safetensors.torch import load_file
 from tiny_dataset import write_tiny_dataset
 
@@ -26,65 +31,123 @@ from animegamer.data.dataset import read_rows
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.train.__main__ import main
 from animegamer.train.decoder_samples import read_features
-from animegamer.train.loop import losses_path, read_losses
+from animegamer.train.loop import checkpoint_dir, losses_path, read_losses
 
 REPO = Path(__file__).resolve().parents[1]
+STEPS = 3
+
+pytestmark = pytest.mark.skipif(os.environ.get("ANIMEGAMER_SKIP_DISTRIBUTED") == "1",
+                                reason="ANIMEGAMER_SKIP_DISTRIBUTED=1")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@dataclass(frozen=True)
+class PhaseB:
+    """Phase b's command line (add `--out`), and a run's folder with phase a's shot encoder
+    (`out`)."""
+
+    command: list[str]
+    root: Path
+    encoder: AnimeGamerShotEncoder
+
+    def out(self, name: str) -> Path:
+        folder = self.root / name
+        self.encoder.save_pretrained(folder / "decoder" / "shot_encoder")
+        return folder
 
 
-@pytest.mark.skipif(os.environ.get("ANIMEGAMER_SKIP_DISTRIBUTED") == "1",
-                    reason="ANIMEGAMER_SKIP_DISTRIBUTED=1")
-def test_two_gloo_processes_agree_with_one(tmp_path: Path) -> None:
-    dataset = write_tiny_dataset(tmp_path / "dataset", shots=3)
+@pytest.fixture(scope="module")
+def phase_b(tmp_path_factory: pytest.TempPathFactory) -> tuple[PhaseB, Path]:
+    """Phase b's setting, and its run in this process (one torch thread, as each launched
+    process has)."""
+    root = tmp_path_factory.mktemp("phase-b")
+    dataset = write_tiny_dataset(root / "dataset", shots=3)
     text, image = read_features(dataset, read_rows(dataset)["train"][0])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         encoder = AnimeGamerShotEncoder(text.shape[-1], image.shape[-1], width=64)
     recipe = yaml.safe_load((REPO / "recipes" / "tiny-cpu.yaml").read_text())
-    recipe["game_state"].update(steps=3, batch_size=2, lora_dropout=0.0, checkpoint_every=3)
-    config = tmp_path / "recipe.yaml"
+    recipe["game_state"].update(steps=STEPS, batch_size=2, lora_dropout=0.0, checkpoint_every=3)
+    config = root / "recipe.yaml"
     config.write_text(yaml.safe_dump(recipe))
-    runs = {name: tmp_path / name for name in ("one", "two")}
-    for out in runs.values():
-        encoder.save_pretrained(out / "decoder" / "shot_encoder")
-    phase = ["game-state", "--dataset", str(dataset), "--config", str(config), "--out"]
-
-    # `--multi_gpu` is accelerate's torchrun launcher; without CUDA the CLI joins the processes
-    # over gloo (`launched_without_cuda`). `--cpu --num_processes 2` starts one process only.
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-              "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-              "--main_process_port", str(free_port()), "-m", "animegamer.train",
-              *phase, str(runs["two"])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("game-state: wrote") == 1  # one main process
+    setting = PhaseB(["game-state", "--dataset", str(dataset), "--config", str(config)], root,
+                     encoder)
+    one = setting.out("one")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert main([*phase, str(runs["one"])]) == 0
+        assert main([*setting.command, "--out", str(one)]) == 0
     finally:
         torch.set_num_threads(threads)
+    return setting, one
 
-    checkpoint = runs["two"] / "checkpoints" / "game_state" / "step-00000003"
-    assert sorted(p.name for p in checkpoint.glob("random_states_*")) == [
-        "random_states_0.pkl", "random_states_1.pkl"]
-    one, two = (read_losses(losses_path(out, "game_state")) for out in runs.values())
-    assert [r["step"] for r in two] == [1, 2, 3]
-    for a, b in zip(one, two, strict=True):
+
+def launch(options: list[str], script: list[str]) -> subprocess.CompletedProcess[str]:
+    """`accelerate launch` of 2 processes without CUDA (`launched_without_cuda`: gloo), one torch
+    thread each."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", *options,
+               "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+               "--dynamo_backend", "no", "--main_process_port", str(free_port()), *script]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def assert_same_losses(one: Path, two: Path) -> None:
+    expected, got = (read_losses(losses_path(out, "game_state")) for out in (one, two))
+    assert [r["step"] for r in got] == list(range(1, STEPS + 1))
+    for a, b in zip(expected, got, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    assert one[-1]["loss"] < one[0]["loss"]
-    files = sorted(p.relative_to(runs["one"]) for p in (runs["one"] / "game_state").rglob(
-        "*.safetensors"))
-    assert len(files) >= 2  # the language model's weights and the resamplers
+    assert expected[-1]["loss"] < expected[0]["loss"]
+
+
+def assert_same_model(one: Path, two: Path) -> None:
+    """The same files in both game_state folders: equal bytes but for the weights, which agree
+    to float rounding."""
+    files = sorted(p.relative_to(one) for p in (one / "game_state").rglob("*") if p.is_file())
+    assert files == sorted(
+        p.relative_to(two) for p in (two / "game_state").rglob("*") if p.is_file())
+    weights = [name for name in files if name.suffix == ".safetensors"]
+    assert len(weights) >= 2  # the language model's weights and the resamplers
     for name in files:
-        expected, got = load_file(runs["one"] / name), load_file(runs["two"] / name)
+        if name.suffix != ".safetensors":
+            assert (two / name).read_bytes() == (one / name).read_bytes(), name
+            continue
+        expected, got = load_file(one / name), load_file(two / name)
         assert expected.keys() == got.keys()
         for key, value in expected.items():
             torch.testing.assert_close(got[key], value, rtol=1e-4, atol=1e-5, msg=f"{name} {key}")
+
+
+def test_two_gloo_processes_agree_with_one(phase_b: tuple[PhaseB, Path]) -> None:
+    setting, one = phase_b
+    two = setting.out("ddp")
+    # `--multi_gpu` is accelerate's torchrun launcher; without CUDA the CLI joins the processes
+    # over gloo (`launched_without_cuda`). `--cpu --num_processes 2` starts one process only.
+    done = launch(["--multi_gpu"], ["-m", "animegamer.train", *setting.command, "--out", str(two)])
+    assert done.stdout.count("game-state: wrote") == 1  # one main process
+    checkpoint = checkpoint_dir(two, "game_state", STEPS)
+    assert sorted(p.name for p in checkpoint.glob("random_states_*")) == [
+        "random_states_0.pkl", "random_states_1.pkl"]
+    assert_same_losses(one, two)
+    assert_same_model(one, two)
+
+
+@pytest.mark.slow
+def test_fsdp_stops_resumes_and_exports_as_one_process(phase_b: tuple[PhaseB, Path]) -> None:
+    """FSDP2 by the shipped config (accelerate applies it on CPUs through tests/fsdp_on_cpu.py):
+    stopped at step 2, its checkpoint a shard per process, resumed to the end; the model it
+    exports, gathered from the shards, is the one-process run's."""
+    setting, one = phase_b
+    sharded = setting.out("fsdp")
+    fsdp = ["--config_file", str(REPO / "configs" / "accelerate" / "fsdp.yaml")]
+    train = [str(REPO / "tests" / "fsdp_on_cpu.py"), *setting.command, "--out", str(sharded)]
+    launch(fsdp, [*train, "--max-steps", "2"])
+    stopped = checkpoint_dir(sharded, "game_state", 2)
+    for part in ("pytorch_model_fsdp_0", "optimizer_0"):
+        assert sorted(p.name for p in (stopped / part).glob("*.distcp")) == [
+            "__0_0.distcp", "__1_0.distcp"], part
+    assert not (stopped / "model.safetensors").exists()  # accelerate's FSDP save path, sharded
+    launch(fsdp, [*train, "--resume"])
+    assert_same_losses(one, sharded)
+    assert_same_model(one, sharded)

@@ -56,6 +56,7 @@ from animegamer.train.loop import (
     MicroLoss,
     resume_point,
     sample_indices,
+    shards_parameters,
     train_steps,
 )
 from animegamer.train.recipe import (
@@ -283,6 +284,11 @@ def setup_phase(
     """Phase a's or c's resume point, pipeline (`make_pipeline(rows, levels)`), latent cache
     and loop settings; span = (resume, max_steps, the phase's total steps)."""
     resume, max_steps, total = span
+    if shards_parameters(accelerator):
+        raise TrainError(
+            f"{phase}: phases a and c save the pipeline they trained in place, which FSDP and "
+            "ZeRO-3 leave sharded: train them with DDP or ZeRO-2 (configs/accelerate/)"
+        )
     step, checkpoint = resume_point(out, phase, resume, accelerator)
     rows = train_rows(dataset)
     levels = levels_of(dataset)

@@ -34,8 +34,8 @@ model takes one sequence at a time, so a step of `batch_size` windows is accumul
 (`accelerator.accumulate`, one window per micro-step, which DeepSpeed also follows).
 Which window comes at which step depends only on the seed and the step, so a resumed run
 continues the same data order. A NaN or infinite loss stops the run before that step is logged
-or checkpointed (`loop.check_finite`). Merging gathers nothing: a run sharded by ZeRO-3 or FSDP
-must be saved with full parameters first.
+or checkpointed (`loop.check_finite`). A run whose processes hold shards of the parameters (FSDP,
+DeepSpeed ZeRO-3) is merged from the full state dict gathered from the shards (`merged_model`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from animegamer.train.loop import (
     losses_path,
     resume_point,
     save_checkpoint,
+    shards_parameters,
 )
 from animegamer.train.recipe import (
     BaseLLMInit,
@@ -90,6 +91,7 @@ __all__ = [
     "build_game_state_model",
     "fully_trained_modules",
     "gradient_accumulation_steps",
+    "merged_model",
     "representation_width",
     "row_states",
     "shot_representations",
@@ -338,6 +340,29 @@ def _checkpoint_trainable_only(accelerator: Any, model: nn.Module) -> Any:
     return accelerator.register_save_state_pre_hook(keep_trained)
 
 
+def merged_model(accelerator: Any, peft_model: nn.Module, recipe: GameStateRecipe,
+                 representation_dim: int) -> GameStateModel | None:
+    """The trained model with its LoRA merged, on the main process (None on the others).
+
+    A sharded run (`shards_parameters`) has no process holding the trained weights whole: every
+    process takes part in gathering the full state dict (`accelerator.get_state_dict`, which
+    the main process receives), loaded into a fresh copy of the initial model with the same
+    LoRA, then merged. The fresh copy draws its LoRA initialisation from a forked RNG, so the
+    run's random state is untouched.
+    """
+    if not shards_parameters(accelerator):
+        if not accelerator.is_main_process:
+            return None
+        return accelerator.unwrap_model(peft_model).merge_and_unload()
+    state = accelerator.get_state_dict(peft_model)
+    if not accelerator.is_main_process:
+        return None
+    with torch.random.fork_rng(devices=[]):
+        full = with_lora(build_game_state_model(recipe.init, representation_dim), recipe)
+    full.load_state_dict(state)
+    return full.merge_and_unload()
+
+
 @dataclass
 class _Trainer:
     """One optimizer step over a global batch of windows (this process takes its share)."""
@@ -421,6 +446,8 @@ def train_game_state(
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay)
     peft_model, optimizer = accelerator.prepare(peft_model, optimizer)
+    # FSDP2 replaces the parameters by sharded ones: clip what the optimizer now steps
+    trainable = [p for p in peft_model.parameters() if p.requires_grad]
     if (isinstance(peft_model, nn.parallel.DistributedDataParallel)
             and not peft_model.find_unused_parameters):
         raise ValueError("DDP needs find_unused_parameters=True here (a 1-turn window leaves "
@@ -455,8 +482,9 @@ def train_game_state(
         if hook is not None:
             hook.remove()
     accelerator.wait_for_everyone()
-    merged: GameStateModel = accelerator.unwrap_model(peft_model).merge_and_unload()
-    merged.save_pretrained(folder, is_main_process=accelerator.is_main_process)
+    merged = merged_model(accelerator, peft_model, recipe, representation_width(encoder))
+    if merged is not None:
+        merged.save_pretrained(folder)
     accelerator.wait_for_everyone()
     accelerator.free_memory()
     return folder

@@ -82,6 +82,17 @@ def latest_checkpoint(out: Path, phase: str) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+def shards_parameters(accelerator: Accelerator) -> bool:
+    """Whether the processes hold shards of the parameters rather than whole copies (FSDP,
+    DeepSpeed ZeRO-3): the trained model must then be gathered before it is saved."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.FSDP:
+        return True
+    plugin = accelerator.state.deepspeed_plugin
+    return accelerator.distributed_type == DistributedType.DEEPSPEED and plugin.zero_stage == 3
+
+
 def save_checkpoint(accelerator: Accelerator, out: Path, phase: str, step: int, keep: int) -> None:
     """`accelerator.save_state` into the step's folder, marked complete, then all but the
     phase's newest `keep` complete checkpoints removed."""
