@@ -1,12 +1,16 @@
 """`python -m animegamer.create`: bad input is one line (exit 2) that names the file, and
 nothing written before is touched; answers keyed by true start times all match on a 10 fps
-video; the registry entry's path is relative to the registry file."""
+video; the registry entry's path is relative to the registry file; the printed play line runs
+verbatim in a fresh shell from another folder."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import imageio_ffmpeg
@@ -14,13 +18,17 @@ import numpy as np
 import pytest
 import yaml
 
+from animegamer.characters.conversion.character import write_manifest
 from animegamer.characters.registry import load_registry
 from animegamer.create.__main__ import main
 from animegamer.create.example import render_shots
+from animegamer.create.pipeline import CreateOptions, play_command
 from animegamer.create.register import entry, register, registry_path_of
 from animegamer.data.__main__ import main as data_main
+from animegamer.serving.loading import build_preview_directory
 from animegamer.video.writer import write_mp4
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TEN_FPS_SHOTS = (27, 23, 31, 25, 24)
 """Frames of each shot of the 10 fps video: starts at 0, 2.7, 5.0, 8.1 and 10.6 s (2.708,
 5.0, 8.083 and 10.583 on the 1/24 s grid the build reads at: ffmpeg takes the nearest frame)."""
@@ -183,3 +191,44 @@ def test_the_entry_points_at_the_folder_relative_to_the_registry(tmp_path):
     assert text.startswith("# AnimeGamer character registry")  # comments kept
     assert yaml.safe_load(text)["characters"][-1]["weights"] == {
         "converted": {"repo": "../runs/kiki/character"}}
+
+
+def test_the_printed_play_line_runs_verbatim_in_a_fresh_shell_from_another_folder(
+    tmp_path, monkeypatch
+):
+    """What `create` prints last, typed with relative paths: run by `sh` with nothing of this
+    process's environment (no virtual environment on PATH, no ANIMEGAMER_* variables) from
+    another folder, it plays the creator's own first instructions with the trained weights."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reg").mkdir()
+    shutil.copy(REPO_ROOT / "assets" / "characters.yaml", "reg/characters.yaml")
+    shutil.copytree(REPO_ROOT / "assets" / "avatars", "reg/avatars")
+    options = CreateOptions(videos=Path("videos"), character="Kiki",
+                            reference_image=Path("kiki.png"), out=Path("runs/kiki"),
+                            registry=Path("reg/characters.yaml"))
+    build_preview_directory(options.character_dir)  # tiny models, as a trained folder holds
+    write_manifest(options.character_dir, "Kiki", {"dataset": {"path": "runs/kiki/dataset"}})
+    rows = [{"adverb": "slowly", "motion": "walk", "time": "day", "place": "town"},
+            {"adverb": "slowly", "motion": "walk", "time": "day", "place": "town"},
+            {"adverb": "gently", "motion": "jump", "time": "day", "place": "town"},
+            {"adverb": "quickly", "motion": "run", "time": "evening", "place": "street"},
+            {"adverb": "calmly", "motion": "sit", "time": "night", "place": "grass"}]
+    register(options.registry, entry("Kiki", options.character_dir, options.registry, rows))
+
+    line = play_command(options, rows)
+    assert f"{shlex.quote(sys.executable)} -m animegamer play --character Kiki" in line
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    done = subprocess.run(["/bin/sh", "-c", line], cwd=elsewhere, env=fresh,
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr
+    played = done.stdout
+    assert played.startswith("Kiki: ") and "(trained, CPU)" in played.splitlines()[0]
+    assert [t for t in played.splitlines() if t.startswith("turn ")] == [
+        "turn 1: Character: Kiki; Motion: slowly walk; Background: day town.",
+        "turn 2: Character: Kiki; Motion: gently jump; Background: day town.",
+        "turn 3: Character: Kiki; Motion: quickly run; Background: evening street.",
+    ]
+    assert len(list((tmp_path / "runs" / "kiki" / "play").rglob("*.mp4"))) == 3
+    assert not list(elsewhere.iterdir())

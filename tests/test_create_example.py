@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,10 @@ def test_the_worked_example_makes_a_character_that_plays(workspace, capsys):
     printed = capsys.readouterr().out
     assert "20 kept, 20 annotated" in printed
     assert "20 shots answered, 0 answers matched no shot, 0 shots without one" in printed
-    last = printed.strip().splitlines()[-1]
-    assert last.startswith("ANIMEGAMER_CHARACTERS=") and "animegamer play --character Kiki" in last
+    last = shlex.split(printed.strip().splitlines()[-1])
+    registry = f"ANIMEGAMER_CHARACTERS={workspace / 'characters.yaml'}"
+    assert last[:4] == ["cd", str(README.parent), "&&", registry]
+    assert last[4:10] == [sys.executable, "-m", "animegamer", "play", "--character", "Kiki"]
 
     report = json.loads(Path("runs/kiki/dataset/report.json").read_text())
     assert sum(len(cuts) for cuts in report["videos"]["cuts"].values()) == 17
@@ -61,6 +64,7 @@ def test_the_worked_example_makes_a_character_that_plays(workspace, capsys):
     assert "repo: ./runs/kiki/run/character" in registry
 
     assert play[:4] == [".venv/bin/python", "-m", "animegamer", "play"]
+    assert last[-3:] == play[-3:]  # the README's turns are the ones create prints
     assert play_main([*play[3:], "--steps", "2"]) == 0
     played = capsys.readouterr().out
     assert played.count("Kiki: ") == 1 and "(trained, CPU)" in played

@@ -16,7 +16,6 @@ their answers and reference image) to try it on.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,14 +62,16 @@ def example_parser() -> argparse.ArgumentParser:
 
 def run_example(argv: Sequence[str]) -> int:
     from animegamer.create.example import EXAMPLE_CHARACTER, write_example
+    from animegamer.create.shell import python_line
 
     args = example_parser().parse_args(argv)
     paths = write_example(args.out)
     print(f"wrote {paths['videos']} (videos), {paths['reference']}, {paths['answers']}")
-    command = ["python", "-m", "animegamer.create", "--videos", str(paths["videos"]),
-               "--character", EXAMPLE_CHARACTER, "--reference-image", str(paths["reference"]),
-               "--annotations", str(paths["answers"]), "--out", "OUT"]
-    print("make a character of them: " + shlex.join(command))
+    arguments = ["--videos", str(paths["videos"].resolve()), "--character", EXAMPLE_CHARACTER,
+                 "--reference-image", str(paths["reference"].resolve()),
+                 "--annotations", str(paths["answers"].resolve()),
+                 "--out", str(Path("runs", EXAMPLE_CHARACTER.lower()).resolve())]
+    print("make a character of them: " + python_line("animegamer.create", arguments))
     return EXIT_OK
 
 

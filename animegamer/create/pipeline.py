@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from animegamer.characters.registry import RegistryError
-from animegamer.create.register import check_name_free, entry, register
+from animegamer.create.register import check_name_free, distinct_instructions, entry, register
+from animegamer.create.shell import python_line
 from animegamer.data.annotate import Annotator, AnswerFile, VisionLanguageModel
 from animegamer.data.build import BuildOptions, BuildResult, build, check_inputs, find_videos
 from animegamer.data.dataset import read_rows
@@ -28,6 +28,7 @@ from animegamer.data.extract import ExtractOptions
 from animegamer.data.features import ShotFeatureExtractor, feature_extractor
 from animegamer.data.from_videos import summary
 from animegamer.data.shots import CutOptions
+from animegamer.game.rules import make_instruction
 from animegamer.paths import DEFAULT_REGISTRY, PACKAGE_ROOT
 from animegamer.train.loop import LOGS, read_losses
 from animegamer.train.recipe import DataRecipe, Recipe, RecipeError, load_recipe
@@ -37,6 +38,8 @@ DATASET = "dataset"
 RUN = "run"
 CHARACTER = "character"
 PHASES = ("vae", "decoder", "game_state", "adapt")
+PLAY_TURNS = 3
+"""Turns of the printed play command: the dataset's first distinct instructions."""
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 
@@ -183,16 +186,17 @@ def register_stage(options: CreateOptions, say: Callable[[str], None]) -> bool:
 
 
 def play_command(options: CreateOptions, rows: Sequence[dict]) -> str:
-    """The exact command that plays the character's first instruction."""
-    first = rows[0]
-    text = (f"Character: {options.character}; Motion: {first['adverb']} {first['motion']}; "
-            f"Background: {first['time']} {first['place']}.")
-    command = ["python", "-m", "animegamer", "play", "--character", options.character,
-               "--out", str(options.out / "play"), text]
-    prefix = ""
+    """The command that plays the character's first `PLAY_TURNS` distinct instructions of
+    `rows` (its dataset's), one line that runs verbatim in a fresh shell from any folder
+    (`shell.python_line`)."""
+    texts = [make_instruction({"character": options.character, **fields}).text
+             for fields in distinct_instructions(rows)[:PLAY_TURNS]]
+    arguments = ["play", "--character", options.character,
+                 "--out", str((options.out / "play").resolve()), *texts]
+    environment: dict[str, str] = {}
     if options.registry is not None and options.registry.resolve() != DEFAULT_REGISTRY.resolve():
-        prefix = f"ANIMEGAMER_CHARACTERS={shlex.quote(str(options.registry))} "
-    return prefix + shlex.join(command)
+        environment["ANIMEGAMER_CHARACTERS"] = str(options.registry.resolve())
+    return python_line("animegamer", arguments, environment)
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ class CreateResult:
     registry: Path | None
     """The registry file that lists the character, or None (not registered)."""
     play_command: str | None
-    """The command that plays its first instruction (when registered)."""
+    """The shell line that plays its first instructions (when registered), from any folder."""
     seconds: dict[str, float]
     """Wall time of the `data` and `train` stages."""
 

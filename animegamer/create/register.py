@@ -38,15 +38,21 @@ def registry_path_of(character_dir: Path, registry: Path) -> str:
     return text if text.startswith("../") else f"./{text}"
 
 
-def entry(name: str, character_dir: Path, registry: Path,
-          rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The registry entry of a trained character: its dataset's first instruction as the
-    defaults, the next distinct ones as examples."""
+def distinct_instructions(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The dataset rows' instructions (their action fields), each once, in the rows' order."""
     instructions: list[dict[str, str]] = []
     for row in rows:
         fields = {key: row[key] for key in ACTION_FIELDS}
         if fields not in instructions:
             instructions.append(fields)
+    return instructions
+
+
+def entry(name: str, character_dir: Path, registry: Path,
+          rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The registry entry of a trained character: its dataset's first instruction as the
+    defaults, the next distinct ones as examples."""
+    instructions = distinct_instructions(rows)
     if not instructions:
         raise RegistryError(f"cannot register {name}: its dataset has no rows")
     return {
