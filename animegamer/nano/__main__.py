@@ -24,7 +24,6 @@ from pathlib import Path
 from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_OK
 from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 from animegamer.data.episodes import TEST_FRACTION
-from animegamer.nano.tower import TowerTraining
 from animegamer.paths import DEFAULT_NANO_DIR
 
 
@@ -41,9 +40,9 @@ def _add_world(commands: argparse._SubParsersAction) -> None:
                        help="who plays, each in a dataset of its own (default Qiqi Sosuke)")
     world.add_argument("--test-fraction", type=float, default=TEST_FRACTION,
                        help=f"share of the episodes in the test split (default {TEST_FRACTION})")
-    world.add_argument("--tower-steps", type=int, default=TowerTraining().steps,
+    world.add_argument("--tower-steps", type=int, default=None,
                        help="training steps of the world's image tower, which the features come "
-                            f"from (default {TowerTraining().steps}; tests use a few)")
+                            "from (default: `nano.tower.TowerTraining`'s; tests use a few)")
     world.add_argument("--workers", type=int, default=2,
                        help="threads measuring and encoding shots (default 2)")
     add_verbose_flag(world)
