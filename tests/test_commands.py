@@ -29,12 +29,13 @@ def test_pyproject_builds_with_setuptools_and_installs_the_animegamer_command():
     assert dynamic["dependencies"] == {"file": ["requirements.txt"]}
 
 
-def test_play_help_writes_its_usage_and_nothing_on_stderr():
-    done = subprocess.run([sys.executable, "-m", "animegamer", "play", "--help"], cwd=ROOT,
+@pytest.mark.parametrize("name", ["play", *sorted(COMMANDS)])
+def test_help_writes_its_usage_and_nothing_on_stderr(name):
+    done = subprocess.run([sys.executable, "-m", "animegamer", name, "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0
-    assert done.stdout.startswith("usage: animegamer play")
-    assert "--verbose" in done.stdout
+    assert done.stdout.startswith("usage: ")
+    assert "--verbose" in done.stdout or name in ("data", "nano", "convert")  # per sub-command
     assert done.stderr == ""
 
 
