@@ -62,6 +62,8 @@ class TrainOptions:
 
 @dataclass(frozen=True)
 class TrainRequest:
+    """One `train` call's arguments, as the phases read them."""
+
     phases: str
     dataset: Path
     out: Path
