@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from conftest import COMMAND_FORMS, QIQI_FIELDS
 
 from animegamer.characters.registry import load_registry
+from animegamer.command.free_text import FILLER_WORDS, base_form, reduced
 from animegamer.command.parser import (
     InstructionContext,
     OtherCharacterError,
     UnknownCharacterError,
     UnknownWordsError,
-    base_form,
     format_command,
     game_context,
     parse_instruction,
@@ -197,35 +200,117 @@ def test_look_alike_names_are_refused_as_unknown(qiqi, text):
 
 
 @pytest.mark.parametrize(
-    ("text", "field", "unknown", "closest"),
+    ("text", "unknown", "closest"),
     [
-        ("quikly run, day town", "Adverb", "quikly", "quickly"),
-        ("quickly jumpp, day town", "Motion", "jumpp", "jump"),
-        ("Character: Qiqi; Motion: quickly run; Background: dawn town", "Time", "dawn", "day"),
-        ("quickly run, day harbor", "Place", "harbor", "harbour"),
+        ("quikly run, day town", "quikly", "Adverb 'quickly'"),
+        ("quickly jumpp, day town", "jumpp", "Motion 'jump'"),
+        ("Character: Qiqi; Motion: quickly run; Background: nigth town", "nigth", "Time 'night'"),
+        ("quickly run, day harbur", "harbur", "Place 'harbour'"),
     ],
 )
-def test_a_word_the_world_does_not_know_is_refused_with_the_closest(
-    nano_qiqi, text, field, unknown, closest
+def test_a_word_the_world_does_not_know_is_refused_with_the_closest_chip(
+    nano_qiqi, text, unknown, closest
 ):
     with pytest.raises(UnknownWordsError) as error:
         read_instruction(text, nano_qiqi)
     message = str(error.value)
-    assert message.startswith("The Nano world knows only the words on the chips.")
-    assert f"{field} '" in message and f"{unknown} is not known (closest: {closest}" in message
+    assert message.startswith("The Nano world knows only the words on the chips")
+    assert f"Not known: '{unknown}' (closest chip: {closest})." in message
 
 
-def test_a_refusal_names_every_unknown_word_of_every_field(nano_qiqi):
+def test_a_refusal_names_every_unknown_word_and_only_chips(nano_qiqi):
     with pytest.raises(UnknownWordsError) as error:
         read_instruction("Qiqi eats a big cake, day beach", nano_qiqi)
     message = str(error.value)
-    assert "Motion 'eat a big cake': eat, big, cake are not known" in message
-    assert "Place 'beach': beach is not known" in message
+    assert "'eats' (closest chip:" in message and "'big' (closest chip:" in message
+    assert "'cake' (closest chip:" in message and "'beach'" not in message  # beach: seaside
+    chips = {chip for phrases in nano_qiqi.vocabulary.fields.values() for chip in phrases.chips}
+    named = re.findall(r"closest chip: \w+ '([^']+)'", message)
+    assert len(named) == 3 and set(named) <= chips
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Qiqi wants to go for a walk in the town", ("Qiqi", "quickly", "walk", "day", "town")),
+    ("in the town, walk slowly", ("Qiqi", "slowly", "walk", "day", "town")),
+    ("Please let Qiqi run fast to the harbor tonight!",
+     ("Qiqi", "quickly", "run", "night", "harbour")),
+    ("Qiqi's sitting gently on the railing", ("Qiqi", "gently", "sit", "day", "sky")),
+    ("she is lying on the grass", ("Qiqi", "quickly", "lie down", "day", "sky")),  # one motion
+    ("slowly walk along the street · evening harbour",
+     ("Qiqi", "slowly", "walk", "evening", "harbour")),
+])
+def test_free_text_reads_into_chips_in_any_order(nano_qiqi, text, expected):
+    assert tuple(read_instruction(text, nano_qiqi).fields().values()) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("Qiqi in the town at night", "No motion: say what Qiqi should do with a Motion chip"),
+    ("run from the town to the harbour", "One place a turn: the instruction names 'town' and "
+                                         "'harbour'"),
+    ("Qiqi and Sosuke run", "names qiqi and sosuke; this game plays one character, Qiqi"),
+])
+def test_free_text_the_world_cannot_play_in_one_turn_is_refused(nano_qiqi, text, message):
+    with pytest.raises(InstructionError, match=re.escape(message)):
+        read_instruction(text, nano_qiqi)
+
+
+def _visitor_sentences() -> list[tuple[str, str, str]]:
+    """(character, sentence, expected) of tests/data/visitor_sentences.txt."""
+    rows = []
+    for line in (Path(__file__).parent / "data" / "visitor_sentences.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        sentence, expected = line.split(" -> ")
+        character, _, said = sentence.partition(": ")
+        rows.append((character, said, expected) if said else ("Qiqi", sentence, expected))
+    return rows
+
+
+VISITOR_SENTENCES = _visitor_sentences()
+
+
+def test_there_are_twenty_visitor_sentences_some_refused():
+    assert len(VISITOR_SENTENCES) == 20
+    assert 3 <= sum(expected.startswith("refused") for *_, expected in VISITOR_SENTENCES) <= 6
+
+
+@pytest.mark.parametrize(("character", "sentence", "expected"), VISITOR_SENTENCES)
+def test_a_visitor_sentence_plays_its_words_or_is_refused_naming_a_chip(
+    registry, character, sentence, expected
+):
+    context = game_context(registry, character, None, closed_vocabulary())
+    if expected.startswith("refused: "):
+        with pytest.raises(UnknownWordsError) as error:
+            read_instruction(sentence, context)
+        message = str(error.value)
+        assert f"closest chip: {expected.removeprefix('refused: ')}" in message
+        refused = re.findall(r"'([^']+)' \(closest chip", message)
+        known = {word for phrases in context.vocabulary.fields.values()
+                 for chip in phrases.chips for word in chip.casefold().split()}
+        assert refused and not {word.casefold() for word in refused} & known
+        return
+    wanted = {**context.fallback.fields(), "character": character}
+    wanted.update(part.split("=") for part in re.findall(r"\w+=[^=]+?(?= \w+=|$)", expected))
+    assert read_instruction(sentence, context).fields() == wanted
+
+
+def test_every_phrase_the_world_reads_means_one_chip_per_field():
+    """No two chips of a field share a phrase once filler words are dropped, no phrase is all
+    filler, and no chip is a filler word (a chip is never ignored)."""
+    vocabulary = closed_vocabulary()
+    for key in ("adverb", "motion", "time", "place"):
+        meanings: dict[tuple[str, ...], set[str]] = {}
+        for chip, phrases in vocabulary.fields[key].listed():
+            assert chip.casefold() not in FILLER_WORDS
+            for phrase in (chip, *phrases):
+                assert reduced(phrase), phrase
+                meanings.setdefault(reduced(phrase), set()).add(chip)
+        assert all(len(chips) == 1 for chips in meanings.values()), key
 
 
 def test_the_world_keeps_its_motions_for_their_characters(registry):
     sosuke = game_context(registry, "Sosuke", None, closed_vocabulary())
-    with pytest.raises(UnknownWordsError, match="fly, broomstick are not known"):
+    with pytest.raises(UnknownWordsError, match=r"Not known: 'fly' .*; 'broomstick'"):
         read_instruction("fly on broomstick, day sky", sosuke)
     assert read_instruction("ride in the car, day forest road", sosuke).motion == "ride in the car"
 
@@ -235,7 +320,8 @@ def test_the_world_keeps_its_motions_for_their_characters(registry):
     ("Qiqi flies on broomstick, night sky", ("Qiqi", "quickly", "fly on broomstick", "night",
                                              "sky")),
     ("Character: Qiqi; Motion: slowly walk along the street; Background: afternoon seaside town.",
-     ("Qiqi", "slowly", "walk along the street", "afternoon", "seaside town")),
+     ("Qiqi", "slowly", "walk", "afternoon", "seaside town")),
+    ("gently sit on railing, evening town balcony", ("Qiqi", "gently", "sit", "evening", "town")),
     ("turn head", ("Qiqi", "quickly", "turn head", "day", "sky")),
 ])
 def test_known_words_read_in_every_form(nano_qiqi, text, expected):

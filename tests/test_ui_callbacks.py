@@ -751,12 +751,12 @@ def files_under(root: Path) -> list[Path]:
 
 
 UNKNOWN = [
-    ("quikly run, day town", None, "quikly is not known (closest: quickly"),
-    ("quickly jumpp, day town", None, "jumpp is not known (closest: jump"),
-    ("", {**QIQI, "time": "nigth"}, "nigth is not known (closest: night"),
-    ("Character: Qiqi; Motion: quickly run; Background: day harbor.", None,
-     "harbor is not known (closest: harbour"),
-    ("Qiqi eats a big cake", None, "eat, big, cake are not known"),
+    ("quikly run, day town", None, "'quikly' (closest chip: Adverb 'quickly')"),
+    ("quickly jumpp, day town", None, "'jumpp' (closest chip: Motion 'jump')"),
+    ("", {**QIQI, "time": "nigth"}, "nigth is not known (closest chip: night)"),
+    ("Character: Qiqi; Motion: quickly run; Background: day harbur.", None,
+     "'harbur' (closest chip: Place 'harbour')"),
+    ("Qiqi eats a big cake", None, "Not known: 'eats' (closest chip: "),
 ]
 
 
@@ -776,7 +776,7 @@ def test_unknown_words_are_refused_before_a_turn_and_change_nothing(
             slot.run(action)
         assert error.value.title == "Invalid instruction"
         assert error.value.message.startswith(
-            "Invalid instruction: The Nano world knows only the words on the chips."
+            "Invalid instruction: The Nano world knows only the words on the chips"
         )
         assert message in error.value.message and "&#" not in error.value.message
     assert slot.player is kept and kept.session.turns[-1].seed == 5
@@ -788,7 +788,8 @@ def test_unknown_words_are_refused_before_a_turn_and_change_nothing(
     [("happily jump, evening harbour", "jump"),
      ("Qiqi flies on broomstick, night sky", "fly on broomstick"),
      ("Character: Qiqi; Motion: slowly walk along the street; Background: day seaside town.",
-      "walk along the street")],
+      "walk"),
+     ("Qiqi wants to go for a walk in the town", "walk")],
 )
 def test_known_words_play_in_the_short_and_the_long_form(closed_ui, text, motion):
     sent = closed_ui.turns.send(None, text)

@@ -14,7 +14,9 @@ The text is cleaned once before it is split (`game.clean_text`: NFKC, invisible 
 removed). `check_instruction` then holds the instruction to the game: the character must be the
 game's own (another playable character, any other name and look-alike spellings are refused),
 and on a world with a closed vocabulary (`ClosedVocabulary`, which `TurnEngine.vocabulary` is on
-Nano and None where the models read free text) every word must be one the world knows.
+Nano and None where the models read free text) every word must be one the world knows. On such a
+world a text is read as a sentence in any word order (`free_text`): "Qiqi wants to go for a walk
+in the town" plays the chips `walk` and `town`; a refusal names only chips.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from animegamer.characters.registry import Character, Registry
+from animegamer.command.free_text import base_form, phrase_table, read_words
 from animegamer.game.rules import (
     ACTION_FIELDS,
     FIELD_LABELS,
@@ -44,16 +47,14 @@ TIME_WORDS = frozenset({
     "sunset", "midnight", "twilight", "daytime", "nighttime",
 })
 """Words read as the time at the start of a background, besides the game's own times."""
+READING_ORDER = ("adverb", "time", "motion", "place")
+"""The order in which a closed world reads the fields of a sentence (`phrase_tables`)."""
 LABELS = ("character", "motion", "background")
 """The labels of the labelled form."""
-SUGGESTIONS = 3
-"""The closest known phrases a refusal offers per field."""
 EXAMPLE = (
     "Type e.g. 'quickly fly on broomstick, day sky' or 'Character: Qiqi; Motion: quickly fly on "
     "broomstick; Background: day sky.'"
 )
-_IRREGULAR_BASE = {"is": "be", "has": "have", "does": "do", "goes": "go"}
-_ES_PLURAL = ("sses", "xes", "zzes", "ches", "shes", "oes")
 
 
 class OtherCharacterError(InstructionError):
@@ -76,9 +77,12 @@ class UnknownWordsError(InstructionError):
 @dataclass(frozen=True)
 class KnownPhrases:
     """The phrases a closed world reads for one field: each entry its chip (the canonical name,
-    what the UI offers) first, then the other phrases meaning the same."""
+    what the UI offers) first, then the other phrases meaning the same, which its models were
+    trained on. `synonyms` maps a chip to more phrases a sentence may use for it: they are read
+    from free text and played as the chip (the models never see them)."""
 
     entries: tuple[tuple[str, ...], ...]
+    synonyms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def chips(self) -> tuple[str, ...]:
@@ -88,15 +92,30 @@ class KnownPhrases:
     def phrases(self) -> tuple[str, ...]:
         return tuple(phrase for entry in self.entries for phrase in entry)
 
+    def listed(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Each chip with every other phrase read as it (trained phrases, then synonyms): what
+        the player is shown as the words the world knows."""
+        return tuple(
+            (entry[0], (*entry[1:], *self.synonyms.get(entry[0], ()))) for entry in self.entries
+        )
+
     def unknown_words(self, text: str) -> list[str]:
         """The words of `text` that no phrase of the field has, in order, each once."""
         known = {word for phrase in self.phrases for word in phrase.casefold().split()}
         return list(dict.fromkeys(w for w in text.split() if w.casefold() not in known))
 
-    def closest(self, text: str) -> list[str]:
-        """The known phrases most like `text` (difflib's ratio), best first."""
-        return difflib.get_close_matches(
-            text.casefold(), self.phrases, n=SUGGESTIONS, cutoff=0.0
+    def closeness(self, text: str) -> tuple[float, str]:
+        """(how alike, the chip): the chip of the phrase, or word of a phrase, most like `text`
+        (difflib's ratio, 0..1)."""
+        lowered = text.casefold()
+        return max(
+            (
+                (difflib.SequenceMatcher(None, lowered, candidate.casefold()).ratio(), chip)
+                for chip, phrases in self.listed()
+                for phrase in (chip, *phrases)
+                for candidate in (phrase, *phrase.split())
+            ),
+            default=(0.0, ""),
         )
 
     def within(self, text: str) -> str:
@@ -120,14 +139,27 @@ class ClosedVocabulary:
 
     def for_character(self, name: str) -> ClosedVocabulary:
         """The vocabulary without the entries kept for other characters."""
-        fields = {
-            key: KnownPhrases(tuple(
-                entry for entry in phrases.entries
-                if name in self.only.get(entry[0], (name,))
-            ))
-            for key, phrases in self.fields.items()
-        }
+        fields = {}
+        for key, phrases in self.fields.items():
+            entries = tuple(
+                entry for entry in phrases.entries if name in self.only.get(entry[0], (name,))
+            )
+            kept = {entry[0] for entry in entries}
+            synonyms = {chip: more for chip, more in phrases.synonyms.items() if chip in kept}
+            fields[key] = KnownPhrases(entries, synonyms)
         return dataclasses.replace(self, fields=fields, only={})
+
+    def closest_chip(self, text: str) -> str:
+        """`Motion 'jump'`: the chip most like `text` over the action fields, with its field."""
+        _, chip, key = max((*self.fields[key].closeness(text), key) for key in ACTION_FIELDS)
+        return f"{FIELD_LABELS[key]} '{chip}'"
+
+    def phrase_tables(self) -> dict[str, dict[tuple[str, ...], str]]:
+        """Per action field, every phrase it reads (filler words dropped) → its chip; the
+        fields in the order a sentence is read (`free_text.read_words`): the one-word adverbs
+        and times first, then the motion (`walk along the street` is one trained motion), then
+        the place from the words left."""
+        return {key: phrase_table(self.fields[key].listed()) for key in READING_ORDER}
 
     def within(self, instruction: Instruction) -> Instruction:
         """`instruction` with each field the world does not know replaced by a chip it
@@ -138,22 +170,29 @@ class ClosedVocabulary:
         return make_instruction(values)
 
     def check(self, instruction: Instruction) -> None:
-        """Raise `UnknownWordsError` naming each field's unknown words and the closest known
-        phrases; return when every word is known."""
+        """Raise `UnknownWordsError` naming each field's unknown words and the closest chip;
+        return when every word is one the models know."""
         values = instruction.fields()
         problems = []
         for key in INSTRUCTION_FIELDS:
             unknown = self.fields[key].unknown_words(values[key])
             if unknown:
-                closest = ", ".join(self.fields[key].closest(values[key]))
+                _, chip = self.fields[key].closeness(values[key])
                 problems.append(
                     f"{FIELD_LABELS[key]} '{values[key]}': {', '.join(unknown)} "
-                    f"{'is' if len(unknown) == 1 else 'are'} not known (closest: {closest})."
+                    f"{'is' if len(unknown) == 1 else 'are'} not known (closest chip: {chip})."
                 )
         if problems:
-            raise UnknownWordsError(
-                f"The {self.world} world knows only the words on the chips. " + " ".join(problems)
-            )
+            raise UnknownWordsError(f"{self.knows_only()} " + " ".join(problems))
+
+    def knows_only(self) -> str:
+        return f"The {self.world} world knows only the words on the chips and their phrases."
+
+    def refuse_unknown(self, words: Sequence[str]) -> UnknownWordsError:
+        """The refusal of a sentence with `words` the world does not read: each word with the
+        chip most like it."""
+        named = "; ".join(f"'{w}' (closest chip: {self.closest_chip(base_form(w))})" for w in words)
+        return UnknownWordsError(f"{self.knows_only()} Not known: {named}.")
 
 
 @dataclass(frozen=True)
@@ -248,21 +287,6 @@ def _is_latin(char: str) -> bool:
     return char.isascii() or unicodedata.name(char, "").startswith("LATIN")
 
 
-def base_form(verb: str) -> str:
-    """`flies` → `fly`, `watches` → `watch`, `runs` → `run`: the verb after a name, in the form
-    the models were trained on (the inverse of the story's third person)."""
-    lowered = verb.casefold()
-    if lowered in _IRREGULAR_BASE:
-        return _IRREGULAR_BASE[lowered]
-    if len(lowered) < 3 or not lowered.endswith("s") or lowered.endswith("ss"):
-        return verb
-    if lowered.endswith("ies") and len(lowered) > 4:
-        return verb[:-3] + "y"
-    if lowered.endswith(_ES_PLURAL):
-        return verb[:-2]
-    return verb[:-1]
-
-
 def format_command(instruction: Instruction) -> str:
     """`quickly fly on broomstick, day sky`: the short form of `instruction`."""
     return (
@@ -343,6 +367,8 @@ def parse_instruction(text: str | None, context: InstructionContext) -> Instruct
             "or tap the suggestions under the line."
         )
     labelled = _labelled(text)
+    if context.vocabulary is not None:
+        return _read_closed(text, labelled, context, context.vocabulary)
     if labelled is None:
         named, command = _leading_name(text, context)
         motion_text, background_text = _split_first(command, BACKGROUND_SEPARATORS)
@@ -358,6 +384,46 @@ def parse_instruction(text: str | None, context: InstructionContext) -> Instruct
         "character": named or context.fallback.character, "adverb": adverb, "motion": motion,
         "time": time, "place": place,
     })
+
+
+def _read_closed(
+    text: str,
+    labelled: dict[str, str] | None,
+    context: InstructionContext,
+    vocabulary: ClosedVocabulary,
+) -> Instruction:
+    """A closed world's reading of free text (`free_text`): the chips the text names, in any
+    order, around filler words; the gaps from `context`. Unknown words, two chips for one field
+    or no motion are refused, naming chips only."""
+    named = None
+    if labelled is not None:
+        named = labelled.get("character", "").strip() or None
+        text = f"{labelled.get('motion', '')} {labelled.get('background') or ''}"
+    reading = read_words(text, vocabulary.phrase_tables(), context.names_someone)
+    if reading.unknown:
+        raise vocabulary.refuse_unknown(reading.unknown)
+    names = list(dict.fromkeys(name.casefold() for name in (named, *reading.names) if name))
+    if len(names) > 1:
+        raise InstructionError(
+            f"The instruction names {' and '.join(names)}; this game plays one character, "
+            f"{context.character}."
+        )
+    for key, chips in reading.found.items():
+        if len(chips) > 1:
+            raise InstructionError(
+                f"One {FIELD_LABELS[key].lower()} a turn: the instruction names "
+                f"{' and '.join(repr(chip) for chip in chips)}; keep one of these chips."
+            )
+    if not reading.found["motion"]:
+        motions = ", ".join(f"'{chip}'" for chip in vocabulary.fields["motion"].chips[:3])
+        raise InstructionError(
+            f"No motion: say what {context.character} should do with a Motion chip "
+            f"(e.g. {motions})."
+        )
+    values = context.fallback.fields()
+    values.update({key: chips[0] for key, chips in reading.found.items() if chips})
+    values["character"] = named or (reading.names[0] if reading.names else values["character"])
+    return make_instruction(values)
 
 
 def check_character(name: str, context: InstructionContext) -> str:

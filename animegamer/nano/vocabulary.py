@@ -157,6 +157,52 @@ PLACES: tuple[PlaceSpec, ...] = (
 )
 
 
+SYNONYMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("fly on broomstick", ("fly on broom", "soar", "glide")),
+    ("walk", ("stroll", "wander", "amble", "hike", "march", "promenade", "step")),
+    ("run", ("jog", "sprint", "dash", "race", "hurry", "rush")),
+    ("jump", ("hop", "leap", "bounce", "skip")),
+    ("sit", ("seat", "perch", "sit on bench")),
+    ("lie down", ("lay down", "nap", "sleep", "doze", "rest", "relax")),
+    ("wave hand", ("greet", "hello", "hi", "say hello", "say hi", "goodbye", "say goodbye")),
+    ("hold broom", ("hold", "carry broom", "grab broom")),
+    ("turn head", ("look", "glance", "gaze", "watch", "peek", "turn")),
+    ("talk", ("chat", "speak", "say", "tell", "chatter")),
+    ("dance", ("twirl", "spin", "boogie")),
+    ("ride in the car", ("ride", "drive", "car")),
+    ("slowly", ("slow", "leisurely", "lazily", "unhurriedly")),
+    ("quickly", ("quick", "fast", "rapidly", "swiftly", "speedily", "hastily", "briskly")),
+    ("gently", ("gentle", "softly", "tenderly", "lightly")),
+    ("happily", ("happy", "joyfully", "gladly", "merrily")),
+    ("tiredly", ("tired", "sleepily", "sleepy", "wearily")),
+    ("carefully", ("careful", "cautiously")),
+    ("smoothly", ("smooth", "gracefully", "steadily")),
+    ("calmly", ("calm", "peacefully", "serenely")),
+    ("excitedly", ("excited", "eagerly", "energetically", "wildly")),
+    ("quietly", ("quiet", "silently")),
+    ("cheerfully", ("cheerful", "brightly", "playfully")),
+    ("curiously", ("curious", "inquisitively")),
+    ("morning", ("dawn", "sunrise", "daybreak", "early")),
+    ("day", ("daytime", "noon", "midday", "daylight")),
+    ("afternoon", ("teatime",)),
+    ("evening", ("dusk", "sunset", "twilight")),
+    ("night", ("nighttime", "midnight", "tonight", "dark")),
+    ("sky", ("air", "clouds", "heavens")),
+    ("town", ("city", "village", "rooftops", "square")),
+    ("countryside", ("country", "fields", "farm", "farmland")),
+    ("grass", ("meadow", "lawn", "hill", "park")),
+    ("street", ("road", "lane", "alley", "bakery", "shop", "sidewalk", "avenue")),
+    ("forest", ("woods", "wood", "trees", "woodland")),
+    ("seaside town", ("seaside", "sea", "beach", "coast", "shore", "ocean")),
+    ("cliff", ("cliffs", "clifftop", "rocks")),
+    ("harbour", ("harbor", "port", "docks", "dock", "pier", "boats", "wharf")),
+    ("forest road", ("path", "trail", "mountain", "mountains")),
+)
+"""Words and phrases a player's sentence may use for a chip, besides the phrases the world was
+trained on: they are read from free text and played as the chip (the game-state model never
+sees them, so its tokenizer's words stay `world_words`). The UI lists them under each chip."""
+
+
 def _index(entries: Iterable[MotionSpec | PlaceSpec]) -> dict[str, str]:
     return {word.casefold(): entry.name for entry in entries for word in entry.words}
 
@@ -215,18 +261,26 @@ NANO_VOCABULARY = NanoVocabulary(
 """What the Nano world renders; the UI shows these words as chips."""
 
 
+def _known(entries: Iterable[tuple[str, ...]]) -> KnownPhrases:
+    """A field's phrases (chip first) with the `SYNONYMS` of its chips."""
+    kept = tuple(entries)
+    chips = {entry[0] for entry in kept}
+    return KnownPhrases(kept, {chip: more for chip, more in SYNONYMS if chip in chips})
+
+
 def closed_vocabulary() -> ClosedVocabulary:
     """The world's words as the game holds instructions to them (`TurnEngine.vocabulary` on the
-    Nano engine): every word of a field must be a word of that field's phrases, and the motions
-    kept for one character (`MotionSpec.characters`) are theirs only."""
+    Nano engine): a sentence is read into chips through the phrases and `SYNONYMS`, every word
+    of a field given field by field must be a word of that field's phrases, and the motions kept
+    for one character (`MotionSpec.characters`) are theirs only."""
     return ClosedVocabulary(
         world="Nano",
         fields={
             "character": KnownPhrases(tuple((name,) for name in CHARACTERS)),
-            "adverb": KnownPhrases(tuple((adverb.name,) for adverb in ADVERBS)),
-            "motion": KnownPhrases(tuple(motion.words for motion in MOTIONS)),
-            "time": KnownPhrases(tuple((time.name,) for time in TIMES)),
-            "place": KnownPhrases(tuple(place.words for place in PLACES)),
+            "adverb": _known((adverb.name,) for adverb in ADVERBS),
+            "motion": _known(motion.words for motion in MOTIONS),
+            "time": _known((time.name,) for time in TIMES),
+            "place": _known(place.words for place in PLACES),
         },
         only={motion.name: motion.characters for motion in MOTIONS if motion.characters},
     )
