@@ -235,7 +235,7 @@ def test_a_refusal_names_every_unknown_word_and_only_chips(nano_qiqi):
     ("Please let Qiqi run fast to the harbor tonight!",
      ("Qiqi", "quickly", "run", "night", "harbour")),
     ("Qiqi's sitting gently on the railing", ("Qiqi", "gently", "sit", "day", "sky")),
-    ("she is lying on the grass", ("Qiqi", "quickly", "lie down", "day", "sky")),  # one motion
+    ("she is lying on the grass", ("Qiqi", "quickly", "lie down", "day", "grass")),
     ("slowly walk along the street · evening harbour",
      ("Qiqi", "slowly", "walk", "evening", "harbour")),
 ])

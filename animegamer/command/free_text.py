@@ -121,21 +121,27 @@ def read_words(
     text: str,
     fields: Mapping[str, Mapping[tuple[str, ...], str]],
     is_name: Callable[[str], bool],
+    lender: str | None = None,
 ) -> Reading:
     """The chips `text` names per field (`fields`: field → reduced phrase → chip, read in that
     order, each field among the words the fields before it left: `sits gently on the railing`
-    is the adverb `gently`, then `sit on railing`), the names in it and its unknown words."""
+    is the adverb `gently`, then `sit on railing`), the names in it and its unknown words. A
+    field that finds nothing there also reads the words the `lender` field took (`walk in the
+    street` is one motion, and its place is `street` unless another place is named)."""
     words = [word for word in words_of(text) if word.casefold() not in FILLER_WORDS]
     names = tuple(word for word in words if is_name(word))
     rest = [word for word in words if not is_name(word)]
     forms = [plain_forms(word) for word in rest]
-    covered: set[int] = set()
-    found = {}
+    covered: dict[int, str] = {}
+    found: dict[str, tuple[str, ...]] = {}
     for field, phrases in fields.items():
-        left = [i for i in range(len(forms)) if i not in covered]
-        taken: set[int] = set()
-        found[field] = tuple(_find(phrases, [forms[i] for i in left], taken))
-        covered.update(left[i] for i in taken)
+        for lent in ((), (lender,)):
+            left = [i for i in range(len(forms)) if i not in covered or covered[i] in lent]
+            taken: set[int] = set()
+            found[field] = tuple(_find(phrases, [forms[i] for i in left], taken))
+            if found[field]:
+                covered.update((left[i], covered.get(left[i], field)) for i in taken)
+                break
     unknown = tuple(dict.fromkeys(w for i, w in enumerate(rest) if i not in covered))
     return Reading(found=found, names=names, unknown=unknown)
 

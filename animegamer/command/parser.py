@@ -399,7 +399,7 @@ def _read_closed(
     if labelled is not None:
         named = labelled.get("character", "").strip() or None
         text = f"{labelled.get('motion', '')} {labelled.get('background') or ''}"
-    reading = read_words(text, vocabulary.phrase_tables(), context.names_someone)
+    reading = read_words(text, vocabulary.phrase_tables(), context.names_someone, "motion")
     if reading.unknown:
         raise vocabulary.refuse_unknown(reading.unknown)
     names = list(dict.fromkeys(name.casefold() for name in (named, *reading.names) if name))

@@ -3,12 +3,13 @@
 On a world with a closed vocabulary (Nano: `TurnEngine.vocabulary`) the chips are exactly the
 words it knows, the same object that refuses any other word; elsewhere they come from the
 character registry (the character's defaults, then its examples), since the real models were
-trained on free text.
+trained on free text. `known_words` lists, under each chip, every other phrase the closed world
+reads as it (the phrases its models were trained on and the synonyms a sentence may use).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from animegamer.characters.registry import Character
@@ -54,3 +55,25 @@ def vocabulary_for(character: Character, engine: HasVocabulary) -> dict[str, lis
         return registry_vocabulary(character)
     closed = vocabulary.for_character(character.name)
     return {part: list(closed.fields[field].chips) for part, field in PART_FIELDS.items()}
+
+
+def known_words(
+    character: Character, engine: HasVocabulary, titles: Mapping[str, str]
+) -> str | None:
+    """Markdown: per chip group (`titles`: group → its title), each chip with the other phrases
+    the world plays as it; None where the models read free text (any words play)."""
+    vocabulary = engine.vocabulary_for(character.name)
+    if vocabulary is None:
+        return None
+    closed = vocabulary.for_character(character.name)
+    lines = [
+        "A sentence may use any of these words, in any order; each plays its chip (in bold). "
+        "Small words (the, to, in, wants, goes…) are skipped; other words are refused."
+    ]
+    for part, title in titles.items():
+        lines.append(f"\n**{title}**\n")
+        lines.extend(
+            f"- **{chip}**" + (f": {', '.join(phrases)}" if phrases else "")
+            for chip, phrases in closed.fields[PART_FIELDS[part]].listed()
+        )
+    return "\n".join(lines)

@@ -22,11 +22,11 @@ import gradio as gr
 
 from animegamer.characters.registry import Character, Registry
 from animegamer.command.parser import format_command
-from animegamer.game.rules import MAX_FIELD_CHARS
+from animegamer.game.rules import MAX_INSTRUCTION_CHARS
 from animegamer.game.save_reading import MAX_FILE_BYTES
 from animegamer.serving.settings import Settings
 from animegamer.ui.callbacks import GameUI
-from animegamer.ui.chips import PART_FIELDS
+from animegamer.ui.chips import PART_FIELDS, known_words
 from animegamer.ui.contracts import Engine
 from animegamer.ui.examples import Playthrough, load_playthroughs
 from animegamer.ui.state import SESSION_TTL_S, GameSlot, Update, discard_game_files
@@ -188,6 +188,24 @@ def build_who(ui: GameUI, first: Character) -> tuple[gr.Image, gr.Dropdown]:
     return avatar, character
 
 
+def counted(text: str | None) -> str:
+    """The command line's counter: `12 / 600 characters`."""
+    return f"{len(text or '')} / {MAX_INSTRUCTION_CHARS} characters"
+
+
+def build_counter(command: gr.Textbox) -> gr.Markdown:
+    """A counter under the command line, updated in the browser as the player types (Gradio's
+    Textbox has none): the browser stops at the limit, and the counter shows it was reached."""
+    counter = gr.Markdown(
+        counted(command.value), elem_id="ag-command-counter", elem_classes=["ag-counter"]
+    )
+    command.change(
+        None, inputs=command, outputs=counter, queue=False,
+        js=f"(text) => `${{(text || '').length}} / {MAX_INSTRUCTION_CHARS} characters`",
+    )
+    return counter
+
+
 def build_stage(ui: GameUI, start: Update) -> Stage:
     """The stage: who, the clip with its live preview over it, gauges, command line, buttons."""
     avatar, character = build_who(ui, ui.default_character)
@@ -207,12 +225,13 @@ def build_stage(ui: GameUI, start: Update) -> Stage:
             show_label=False,
             placeholder=COMMAND_PLACEHOLDER,
             max_lines=1,
-            max_length=MAX_FIELD_CHARS * 6,
+            max_length=MAX_INSTRUCTION_CHARS,
             scale=5,
             autofocus=True,
             elem_id="ag-command",
         )
         play = gr.Button("Play turn", variant="primary", scale=1, min_width=110, elem_id="ag-play")
+    build_counter(command)
     with gr.Row(elem_id="ag-actions"):
         undo = gr.Button("↶ Undo turn", size="sm", min_width=96, elem_id="ag-undo")
         restart = gr.Button("New game", size="sm", min_width=96, elem_id="ag-restart")
@@ -242,6 +261,10 @@ def build_suggestions(
                 with gr.Tab(title, elem_id=f"ag-tab-{part}-{name}"):
                     row = chips(words[part], CHIP_HINTS[part], f"ag-chips-{part}-{name}")
                     chip_rows.append((PART_FIELDS[part], row))
+            known = known_words(character, ui.engine, dict(CHIP_TABS))
+            if known is not None:
+                with gr.Tab("All words", elem_id=f"ag-tab-words-{name}"):
+                    gr.Markdown(known, elem_id=f"ag-known-words-{name}")
             commands = example_commands(character, playthroughs.get(name, []))
             if commands:
                 with gr.Tab("Try", elem_id=f"ag-tab-examples-{name}"):
