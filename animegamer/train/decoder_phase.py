@@ -54,6 +54,7 @@ from animegamer.train.decoder_samples import (
 from animegamer.train.loop import (
     LoopSettings,
     MicroLoss,
+    configure_deepspeed,
     resume_point,
     sample_indices,
     shards_parameters,
@@ -289,6 +290,7 @@ def setup_phase(
             f"{phase}: phases a and c save the pipeline they trained in place, which FSDP and "
             "ZeRO-3 leave sharded: train them with DDP or ZeRO-2 (configs/accelerate/)"
         )
+    configure_deepspeed(accelerator, settings.batch_size, settings.max_grad_norm)
     step, checkpoint = resume_point(out, phase, resume, accelerator)
     rows = train_rows(dataset)
     levels = levels_of(dataset)

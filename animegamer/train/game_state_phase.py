@@ -70,6 +70,7 @@ from animegamer.models.tokens import (
 )
 from animegamer.train.loop import (
     check_finite,
+    configure_deepspeed,
     latest_checkpoint,
     losses_path,
     resume_point,
@@ -445,6 +446,7 @@ def train_game_state(
     peft_model = with_lora(model, recipe)
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    configure_deepspeed(accelerator, 1, recipe.max_grad_norm)  # a window a micro-step
     peft_model, optimizer = accelerator.prepare(peft_model, optimizer)
     # FSDP2 replaces the parameters by sharded ones: clip what the optimizer now steps
     trainable = [p for p in peft_model.parameters() if p.requires_grad]

@@ -93,6 +93,21 @@ def shards_parameters(accelerator: Accelerator) -> bool:
     return accelerator.distributed_type == DistributedType.DEEPSPEED and plugin.zero_stage == 3
 
 
+def configure_deepspeed(
+    accelerator: Accelerator, micro_batch: int, max_grad_norm: float | None
+) -> None:
+    """Under DeepSpeed, what its engine would otherwise take from a dataloader (the phases have
+    none): the samples of a micro-step on one process; and the recipe's gradient clip (None: no
+    clipping), since `clip_grad_norm_` leaves clipping to the engine, whose `auto` is 1.0. Call
+    it before `prepare`."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        config = accelerator.state.deepspeed_plugin.deepspeed_config
+        config["train_micro_batch_size_per_gpu"] = micro_batch
+        config["gradient_clipping"] = 0.0 if max_grad_norm is None else max_grad_norm  # 0: none
+
+
 def save_checkpoint(accelerator: Accelerator, out: Path, phase: str, step: int, keep: int) -> None:
     """`accelerator.save_state` into the step's folder, marked complete, then all but the
     phase's newest `keep` complete checkpoints removed."""
