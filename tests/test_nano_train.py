@@ -21,6 +21,7 @@ from animegamer.nano import NANO_WORLD, make_world
 from animegamer.nano import __main__ as nano_cli
 from animegamer.serving.settings import Settings
 from animegamer.serving.stand_ins import create_nano_engine
+from animegamer.train.vae import STEPS_FILE
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -68,6 +69,16 @@ def test_quick_training_makes_one_folder_per_character_sharing_one_vae(tmp_path,
         session = engine.play(new_session(name, window=1), instruction, seed=0)
         assert len(session.turns) == 1
     assert engine.models_for("Qiqi") is not engine.models_for("Sosuke")
+
+    # A VAE sitting of its own goes on from the trained one and counts on from its steps.
+    quick_vae_steps = yaml.safe_load(make_world.QUICK_RECIPE.read_text())["vae"]["steps"]
+    assert nano_cli.main(["vae", "--dataset", str(datasets), "--out", str(tmp_path / "vae2"),
+                          "--recipe", str(make_world.QUICK_RECIPE), "--start-from",
+                          str(run / "vae"), "--steps", "2"]) == 0
+    steps = json.loads((tmp_path / "vae2" / STEPS_FILE).read_text())["steps"]
+    assert steps == quick_vae_steps + 2
+    assert nano_cli.main(["vae", "--dataset", str(datasets), "--out", str(tmp_path / "vae3"),
+                          "--start-from", str(tmp_path / "nowhere")]) == 2
 
 
 def test_install_refuses_an_incomplete_folder_and_keeps_the_installed_one(tmp_path):

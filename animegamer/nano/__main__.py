@@ -4,6 +4,8 @@
         [--characters Qiqi Sosuke] [--tower-steps N]
     python -m animegamer.nano train --dataset DATASETS --out RUN [--quick | --recipe R] [--resume]
         [--install]
+    python -m animegamer.nano vae --dataset DATASETS --out FOLDER [--recipe R]
+        [--start-from FOLDER] [--steps N]
 
 `world` renders one dataset per character, DATASETS/<character>/ (N shots each, in the data
 pipeline's format). `train` trains one model set per character, as the release has one per
@@ -11,7 +13,8 @@ film: the world's VAE once on every character's clips (RUN/vae/), then each char
 a, b, c on its own dataset only (`animegamer.train.train` with `recipes/nano.yaml`, into
 RUN/<character>/). `--install` puts the trained folders where the app plays them without a GPU:
 `assets/nano/vae/` once, and `assets/nano/<character>/`, whose manifest names the shared VAE
-(`convert.character.vae_folder`). The functions: `animegamer.nano.make_world`.
+(`convert.character.vae_folder`). `vae` trains the world's VAE alone, one sitting at a time,
+going on from a saved VAE folder (`--start-from`). The functions: `animegamer.nano.make_world`.
 """
 
 from __future__ import annotations
@@ -66,12 +69,28 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.set_defaults(run=run_train)
 
 
+def _add_vae(commands: argparse._SubParsersAction) -> None:
+    vae = commands.add_parser("vae", help="one sitting of the world's VAE alone")
+    vae.add_argument("--dataset", type=Path, required=True,
+                     help="a `world` folder: one dataset per character")
+    vae.add_argument("--out", type=Path, required=True, help="the VAE folder to write")
+    vae.add_argument("--recipe", type=Path, default=None,
+                     help="the recipe whose `vae` section trains it (default recipes/nano.yaml)")
+    vae.add_argument("--start-from", type=Path, default=None,
+                     help="a VAE folder of the recipe's architecture to go on from (may be --out)")
+    vae.add_argument("--steps", type=int, default=None,
+                     help="at most this many steps in this sitting (default: the recipe's)")
+    add_verbose_flag(vae)
+    vae.set_defaults(run=run_vae)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m animegamer.nano", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_world(commands)
     _add_train(commands)
+    _add_vae(commands)
     return parser
 
 
@@ -101,6 +120,16 @@ def run_train(args: argparse.Namespace) -> int:
     if trained.installed is not None:
         print(f"installed: {trained.installed} ({', '.join(trained.characters)}; the app plays "
               "them without a GPU)")
+    return EXIT_OK
+
+
+def run_vae(args: argparse.Namespace) -> int:
+    from animegamer.nano.make_world import NANO_RECIPE, train_vae_sitting
+    from animegamer.train.vae import STEPS_FILE
+
+    folder = train_vae_sitting(args.dataset, args.out, args.recipe or NANO_RECIPE,
+                               args.start_from, args.steps)
+    print(f"vae: wrote {folder} ({(folder / STEPS_FILE).read_text(encoding='utf-8').strip()})")
     return EXIT_OK
 
 

@@ -158,6 +158,27 @@ def train_world_vae(datasets: Sequence[Path], out: Path, recipe: Path, resume: b
     return target
 
 
+def train_vae_sitting(dataset: Path, target: Path, recipe: Path, start_from: Path | None = None,
+                      steps: int | None = None) -> Path:
+    """One sitting of the world's VAE alone: the recipe's `vae` section (at most `steps` of it)
+    on every character dataset under `dataset`, into `target`, going on from the VAE at
+    `start_from` (e.g. the committed folder: a VAE that needs more than one sitting accumulates
+    its steps, counted in `target`'s training.json)."""
+    from animegamer.train.recipe import RecipeError, load_recipe
+    from animegamer.train.vae import train_vae
+
+    section = load_recipe(recipe, word_lists=nano_word_lists()).vae
+    if section is None:
+        raise RecipeError(f"{recipe}: the recipe has no 'vae' section (the world's VAE)")
+    if start_from is not None and not (Path(start_from) / "config.json").is_file():
+        raise DataError(f"--start-from {start_from}: not a VAE folder (no config.json)")
+    if steps is not None and steps < 1:
+        raise DataError("--steps must be at least 1")
+    train_vae(list(character_datasets(dataset).values()), target, section, max_steps=steps,
+              start_from=start_from)
+    return target
+
+
 def install(vae: Path, characters: Mapping[str, Path], target: Path = DEFAULT_NANO_DIR) -> Path:
     """Put the shared `vae` in target/vae/ and each trained character folder in
     target/<key>/ without its own VAE, its manifest naming the shared one, within the
