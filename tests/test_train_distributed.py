@@ -9,7 +9,8 @@ float rounding. (Phases a and c draw each process's noise from its own generator
 in distribution only; they refuse FSDP and ZeRO-3.)
 The DDP test takes about 45–65 s on 2 busy cores, most of it three processes importing torch;
 set ANIMEGAMER_SKIP_DISTRIBUTED=1 to skip them all. The sharded tests (two launches each, about
-90 s) are marked `slow`: `pytest -m slow` runs them.
+90 s) are marked `slow`: `pytest -m slow` runs them. The last tests, without processes: what the
+phases take from an FSDP or DeepSpeed Accelerator.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 import yaml
+from accelerate.utils import DistributedType
 from conftest import free_port
 from safetensors.torch import load_file
 from tiny_dataset import write_tiny_dataset
@@ -30,8 +34,16 @@ from tiny_dataset import write_tiny_dataset
 from animegamer.data.dataset import read_rows
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.train.__main__ import main
+from animegamer.train.decoder_phase import TrainError, setup_phase
 from animegamer.train.decoder_samples import read_features
-from animegamer.train.loop import CHECKPOINT_STATE, checkpoint_dir, losses_path, read_losses
+from animegamer.train.loop import (
+    CHECKPOINT_STATE,
+    checkpoint_dir,
+    configure_deepspeed,
+    losses_path,
+    read_losses,
+)
+from animegamer.train.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 3
@@ -182,3 +194,39 @@ def test_zero3_stops_resumes_and_exports_as_one_process(phase_b: tuple[PhaseB, P
         "zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"]
     assert_same_losses(one, sharded)
     assert_same_model(one, sharded, momentum_moved="input_resampler.")
+
+
+def deepspeed_stub(stage: int) -> SimpleNamespace:
+    """What the phases read of an Accelerator under DeepSpeed."""
+    plugin = SimpleNamespace(zero_stage=stage, deepspeed_config={"train_batch_size": "auto"})
+    return SimpleNamespace(distributed_type=DistributedType.DEEPSPEED,
+                           state=SimpleNamespace(deepspeed_plugin=plugin))
+
+
+@pytest.mark.parametrize("accelerator", [
+    SimpleNamespace(distributed_type=DistributedType.FSDP), deepspeed_stub(3)],
+    ids=["fsdp", "zero3"])
+def test_decoder_phases_refuse_sharded_parameters(tmp_path: Path, accelerator: Any) -> None:
+    recipe = load_recipe(REPO / "recipes" / "tiny-cpu.yaml")
+    assert recipe.decoder is not None
+
+    def no_pipeline(*_: Any) -> Any:
+        raise AssertionError("the refusal comes first")
+
+    with pytest.raises(TrainError, match="train them with DDP or ZeRO-2"):
+        setup_phase("decoder", recipe.decoder, recipe, accelerator, tmp_path / "dataset",
+                    tmp_path / "out", no_pipeline, (False, None, 5))
+    assert not (tmp_path / "out").exists()
+
+
+def test_deepspeed_takes_the_micro_batch_and_the_recipes_clip() -> None:
+    accelerator = deepspeed_stub(2)
+    configure_deepspeed(accelerator, 2, 0.5)
+    config = accelerator.state.deepspeed_plugin.deepspeed_config
+    assert config == {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2,
+                      "gradient_clipping": 0.5}
+    configure_deepspeed(accelerator, 1, None)
+    assert config["gradient_clipping"] == 0.0  # DeepSpeed's "no clipping"
+    ddp = SimpleNamespace(distributed_type=DistributedType.MULTI_CPU)
+    configure_deepspeed(ddp, 1, 1.0)
+    assert vars(ddp) == {"distributed_type": DistributedType.MULTI_CPU}
