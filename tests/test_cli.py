@@ -25,7 +25,9 @@ def test_play_prints_each_turn_and_saves_the_game(tmp_path, capsys):
     names = set(load_registry().names)
     loaded = load_game(tmp_path / "game.zip", tmp_path / "loaded", names)
     assert [turn.instruction.text for turn in loaded.turns] == [FIRST, SECOND]
-    assert len(list((tmp_path / "clips").rglob("*.mp4"))) == 2
+    clips = tmp_path / "clips"
+    assert sorted(path.name for path in clips.iterdir()) == ["turn_0001_11.mp4", "turn_0002_12.mp4"]
+    assert f"clip {clips / 'turn_0002_12.mp4'} (" in out  # where it is, not where it was made
 
 
 def test_unreadable_instruction_is_one_line_and_exit_two(tmp_path, capsys):

@@ -6,7 +6,9 @@
     result.session.turns[-1].clip_path  # `say` (default: print) tells each turn as it is played
 
 Every instruction is read first, as the game's command line reads them (each fills its gaps
-from the one before): one refused text plays none.
+from the one before): one refused text plays none. The clips land in `out` itself, one
+`turn_0001_<seed>.mp4` per turn (the engine writes each game's clips into a folder of its own,
+named after the game; they are moved out of it as they are made).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class PlayOptions:
 
     instructions: Sequence[str]
     out: Path
-    """The folder of the clips."""
+    """The folder of the clips (`turn_0001_<seed>.mp4`, …), written into directly."""
     character: str | None = None
     """A registry character (default: the registry's first)."""
     save: Path | None = None
@@ -95,6 +97,19 @@ def read_all(
     return instructions
 
 
+def moved_into(session: Session, out: Path) -> Session:
+    """`session` with its last turn's clip moved from the engine's folder for the game into
+    `out`, as `turn_<index>_<seed>.mp4` (an older file of that name is replaced)."""
+    turn = session.turns[-1]
+    clip = Path(turn.clip_path)
+    target = out / f"turn_{turn.index:04d}_{turn.seed}{clip.suffix}"
+    clip.replace(target)
+    if not any(clip.parent.iterdir()):
+        clip.parent.rmdir()
+    moved = dataclasses.replace(turn, clip_path=str(target))
+    return dataclasses.replace(session, turns=(*session.turns[:-1], moved))
+
+
 def describe(turn: Turn, *, with_note: bool = True) -> str:
     """A played turn in four lines, and the turn's note when `with_note` (off where the
     engine's notice already explains it)."""
@@ -132,7 +147,7 @@ def play(options: PlayOptions, say: Callable[[str], None] = print) -> PlayResult
     session = new_session(character, settings.window)
     for offset, instruction in enumerate(instructions):
         seed = None if options.seed is None else options.seed + offset
-        session = engine.play(session, instruction, seed=seed)
+        session = moved_into(engine.play(session, instruction, seed=seed), settings.output_dir)
         say(describe(session.turns[-1], with_note=not casting.states_are_noise))
     saved = save_game(session, options.save) if options.save else None
     return PlayResult(character, casting.describe(), notice, session, saved,
