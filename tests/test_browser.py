@@ -425,3 +425,57 @@ def test_suggestions_examples_and_hostile_text(browser, game_url):
     assert page.evaluate(FLAG) is None
     assert dialogs == []
     page.close()
+
+
+MARK_JS = """() => getComputedStyle(
+  document.querySelector('#ag-command input, #ag-command textarea')).boxShadow"""
+"""How the command line is marked, as the browser draws it (Gradio's theme sets its outline to
+none with !important, so an outline rule would be in the CSS and never on the screen)."""
+RED_RGB = "rgb(239, 68, 68)"
+
+
+@pytest.mark.parametrize(("viewport", "scheme"), SIZES, ids=SIZE_IDS)
+def test_a_reload_keeps_the_game_and_refusals_show_where_the_player_looks(
+    browser, game_url, viewport, scheme
+):
+    page, dialogs = open_game(browser, game_url, viewport, scheme)
+    play_turn(page, "run, night town", 1)
+    played = {name: gauge(page, name) for name in ("stamina", "social", "entertainment")}
+
+    # A refused command: its reason stays in the story once the notice is gone, the line marked.
+    command(page).fill("fly, day sky\u0007")
+    command(page).press("Enter")
+    refusal = page.locator("#ag-chat .ag-refusal")
+    refusal.wait_for()
+    notices(page)
+    assert "control or unassigned character" in refusal.inner_text()
+    assert RED_RGB in page.evaluate(MARK_JS)
+
+    # A press while the turn runs says so, and marks nothing.
+    command(page).fill("wave hand, day town")
+    command(page).press("Enter")
+    page.locator("#ag-chat .ag-pending").wait_for()
+    play_button(page).click()
+    expect_toast(page, "Turn running: Your turn is still being played")
+    assert RED_RGB not in page.evaluate(MARK_JS)
+
+    # A reload in the middle of that turn comes back to the same game (the turn is dropped);
+    # the browser keeps a key, not the game.
+    assert page.locator("#ag-chat .ag-pending").count() == 1, "the turn ended before the reload"
+    page.reload(wait_until="domcontentloaded")
+    page.locator("#ag-chat .ag-turn-1").wait_for()
+    assert {name: gauge(page, name) for name in played} == played
+    assert page.locator("#ag-chat").get_by_text("Qiqi quickly runs (night, town)").count() == 1
+    stored = page.evaluate("() => JSON.stringify(Object.assign({}, localStorage))")
+    assert len(stored) < 300, stored
+    play_turn(page, "wave hand, day town", 2)
+    sync_api.expect(page.locator("#ag-status")).to_contain_text("Turn 2 played")
+
+    # Another browser (its own storage) gets a game of its own.
+    other, _ = open_game(browser, game_url, viewport, scheme)
+    other.locator("#ag-status").get_by_text("Playing").wait_for()
+    assert other.locator("#ag-chat .ag-story").count() == 0
+    assert [gauge(other, name) for name in played] == [50, 50, 50]
+    assert dialogs == []
+    other.close()
+    page.close()

@@ -39,6 +39,7 @@ def build_app(
     with gr.Blocks(title="AnimeGamer", delete_cache=CACHE_SWEEP) as demo:
         layout = build_layout(ui, engine, settings, examples_dir)
         events.wire(ui, layout, demo.upload_file_set)
+        events.wire_reload(ui, layout, demo)
         api.expose(ui, layout, demo.upload_file_set)
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=events.GPU_CONCURRENCY)
     return demo

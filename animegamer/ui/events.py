@@ -28,7 +28,7 @@ from animegamer.ui.contracts import PreviewCallback, Progress, shows_live_previe
 from animegamer.ui.layout import Layout
 from animegamer.ui.saves import uploaded_path
 from animegamer.ui.state import GameSlot, Player, Update
-from animegamer.ui.views import preview_html
+from animegamer.ui.views import preview_html, refused_messages
 
 ZERO_GPU_CONCURRENCY = 4
 """ZeroGPU runs each turn in its own worker on its own GPU slice: turns need not queue behind one
@@ -117,13 +117,31 @@ def switch_outputs(ui: GameUI, slot: GameSlot, update: Update) -> list[Any]:
 
 def send_command(ui: GameUI, slot: GameSlot, text: str | None) -> list[Any]:
     """Read the command line: the pending turn, the line emptied, the story with the bubble.
-    A command that cannot be read raises, saying why (and `mark_invalid` marks the line)."""
-    sent = ui.turns.send(slot.player, text)
+    A command that cannot be read raises, saying why (and `show_refusal` shows it)."""
+    sent = ui.turns.send(slot.player, text, running=slot.turn_running)
+    slot.turn_sent()
     return [Pending(sent.text, sent.instruction), gr.update(value="", elem_classes=[]), sent.chat]
 
 
-def mark_invalid() -> Any:
-    return gr.update(elem_classes=[INVALID])
+def show_refusal(ui: GameUI, slot: GameSlot, text: str | None) -> list[Any]:
+    """After a refused command, where the player looks: the reason as the story's last line
+    (it stays when the notice fades) and the command line marked. The reason is read again
+    (reading changes nothing). While a turn runs the story keeps its pending bubble, and only
+    a command typed meanwhile is marked."""
+    text = text or ""
+    running = slot.turn_running
+    try:
+        ui.turns.send(slot.player, text, running=running)
+    except gr.Error as error:
+        reason = error.message
+    else:  # it reads now (the turn it waited for has landed): nothing to show
+        return [gr.skip(), gr.skip()]
+    mark = gr.update(elem_classes=[INVALID]) if text.strip() or not running else gr.skip()
+    if running:
+        return [gr.skip(), mark]
+    session = slot.player.session if slot.player else ui.new_player().session
+    name = ui.short_name(session.character)
+    return [refused_messages(session, name, text, reason), mark]
 
 
 _DONE = object()
@@ -209,6 +227,8 @@ def play_pending(
     except GeneratorExit:
         abandoned.set()
         raise
+    finally:
+        slot.turn_sent(False)
 
 
 def restore_after_failure(
@@ -233,6 +253,20 @@ def apply_chip(ui: GameUI, field: str, slot: GameSlot, text: str, sample: list[s
 
 def example_command(sample: list[str]) -> str:
     return sample[0]
+
+
+def resume_game(ui: GameUI, slot: GameSlot, key: object) -> list[Any]:
+    """A page (re)loaded: the game the browser's key names, in the slot the server kept for it,
+    or this session's own slot under a new key. A key naming no game here (a server restart)
+    is said once: the browser keeps the new key. Reads the game without waiting for a running
+    action: a reload in the middle of a turn shows the game as it was before that turn."""
+    kept = ui.shelf.find(key)
+    if kept is None:
+        lost = bool(key)
+        key = ui.shelf.keep(slot)
+    else:
+        slot, lost = kept, False
+    return [*switch_outputs(ui, slot, ui.games.resume(slot.player, lost)), key]
 
 
 def undo_turn(ui: GameUI, slot: GameSlot) -> list[Any]:
@@ -287,7 +321,10 @@ def wire_turn(ui: GameUI, layout: Layout, queue_of: Queues) -> None:
     )
 
     def then_play(sent: Any) -> None:
-        sent.failure(mark_invalid, outputs=[stage.command], queue=False, **PRIVATE)
+        sent.failure(
+            functools.partial(show_refusal, ui), inputs=[layout.player, stage.command],
+            outputs=[side.chat, stage.command], queue=False, show_progress="hidden", **PRIVATE,
+        )
         turn = sent.success(
             functools.partial(play_pending, ui),
             inputs=[layout.player, layout.pending, side.seed],
@@ -358,6 +395,22 @@ def wire_game(ui: GameUI, layout: Layout, queue_of: Queues, uploads: Container[s
     side.movie.click(
         functools.partial(playthrough, ui), inputs=[player], outputs=[side.downloads],
         **queue_of.files, **PRIVATE,
+    )
+
+
+def wire_reload(ui: GameUI, layout: Layout, demo: gr.Blocks) -> None:
+    """Each page load comes back to the browser's game (`resume_game`)."""
+    stage, player = layout.stage, layout.player
+    demo.load(
+        functools.partial(resume_game, ui),
+        inputs=[player, layout.game_key],
+        outputs=[
+            player, *layout.screen, stage.command, stage.back, stage.character, stage.avatar,
+            *layout.suggestions.columns, layout.game_key,
+        ],
+        show_progress="hidden",
+        **queues(ui).light,
+        **PRIVATE,
     )
 
 

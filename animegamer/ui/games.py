@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from animegamer.game.rules import new_session
-from animegamer.ui.messages import replaced_toast, turns_text, user_error
+from animegamer.ui.messages import LOST_GAME, replaced_toast, turns_text, user_error
 from animegamer.ui.state import Player, Update
 from animegamer.ui.table import GameTable
 
@@ -16,6 +16,21 @@ class GameActions:
 
     def __init__(self, table: GameTable) -> None:
         self.table = table
+
+    def resume(self, player: Player | None, lost: bool = False) -> Update:
+        """A page (re)loaded: the browser's game as it was, its last instruction on the command
+        line; or, when the browser's key names a game this server no longer has (`lost`), a new
+        game and the one notice saying so."""
+        if not lost:
+            update = self.table.start(player)
+            return dataclasses.replace(
+                update, instruction=self.table.last_instruction(update.player.session)
+            )
+        player = self.table.new_player()
+        return Update(
+            player, self.table.screen(player, LOST_GAME),
+            self.table.default_instruction(player.session.character), LOST_GAME,
+        )
 
     def restart(self, player: Player | None) -> Update:
         player = player or self.table.new_player()

@@ -45,6 +45,12 @@ HISTORY_WIDTHS: list[str | int] = [
     56, 320, 90, 90, 90, 110, 80, 80, 110, 110, 80
 ]
 COMMAND_PLACEHOLDER = "What next? e.g. quickly run, day town"
+GAME_KEY_STORAGE = "animegamer-game"
+"""Where the browser keeps its game's key (local storage)."""
+GAME_KEY_CIPHER = "animegamer-game-key"
+"""`gr.BrowserState` encrypts what it stores with a secret it sends to the browser anyway, so
+this protects nothing; it is fixed so that a key stored before a server restart still reads
+after it, and the game can say that it is gone (`animegamer.ui.shelf`)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ class Layout:
 
     player: gr.State
     pending: gr.State
+    game_key: gr.BrowserState
+    """The key of this browser's game on the server (`animegamer.ui.shelf`), never the game."""
     stage: Stage
     suggestions: Suggestions
     side: Side
@@ -343,6 +351,7 @@ def build_layout(ui: GameUI, engine: Engine, settings: Settings, examples_dir: P
         delete_callback=discard_game_files,
     )
     pending = gr.State(None)
+    game_key = gr.BrowserState("", storage_key=GAME_KEY_STORAGE, secret=GAME_KEY_CIPHER)
     gr.HTML(header_html(engine, settings.space_id), elem_id="ag-top", padding=False)
     with gr.Row(equal_height=False, elem_id="ag-main"):
         with gr.Column(scale=3, min_width=320, elem_id="ag-stage"):
@@ -350,5 +359,5 @@ def build_layout(ui: GameUI, engine: Engine, settings: Settings, examples_dir: P
             suggestions = build_suggestions(ui, load_playthroughs(examples_dir, ui.registry))
         with gr.Column(scale=2, min_width=320, elem_id="ag-side"):
             side = build_side(start)
-    return Layout(player, pending, stage, suggestions, side)
+    return Layout(player, pending, game_key, stage, suggestions, side)
 

@@ -58,6 +58,12 @@ def is_disk_full(error: BaseException, folder: Path | None = None) -> bool:
 DISK_FULL = "The server's disk is full, so nothing could be written."
 
 
+LOST_GAME = (
+    "Your earlier game is no longer on this server (it restarted, or the game was idle for "
+    "hours), so this is a new game."
+)
+
+
 def megabytes(size: int) -> str:
     return f"{size / (1 << 20):.0f} MB"
 

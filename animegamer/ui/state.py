@@ -5,6 +5,7 @@ the `Screen`)."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -96,17 +97,50 @@ class GameSlot:
     turn is running waits for the turn and then undoes it, instead of racing it (last writer
     wins, clips deleted under a turn about to land). The slot holds no engine and no model: Gradio
     copies what its components hold on every page load.
+
+    A slot `kept` by the `GameShelf` (a browser's game, found again after a reload) outlives its
+    Gradio session: the shelf, not Gradio's delete callback, ends its files (`forget`).
     """
 
-    def __init__(self, root: str | Path, player: Player | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        player: Player | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.root = Path(root)
         self.player = player
+        self.kept = False
+        self.clock = clock
+        self.last_used = clock()
+        self._turn_sent_at: float | None = None
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GameSlot:
         """A slot of its own with the same (immutable) player: what Gradio makes of the initial
         value for each new browser session."""
-        return GameSlot(self.root, self.player)
+        return GameSlot(self.root, self.player, self.clock)
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds since the game's last action ended (or the slot was made); 0 while one runs."""
+        return 0.0 if self.busy else self.clock() - self.last_used
+
+    @property
+    def busy(self) -> bool:
+        """Whether an action (a turn, most often) is running on this game now."""
+        return self._lock.locked()
+
+    def turn_sent(self, sent: bool = True) -> None:
+        """A turn was read and is on its way to the GPU queue (or, `sent=False`, is over)."""
+        self._turn_sent_at = self.clock() if sent else None
+
+    @property
+    def turn_running(self) -> bool:
+        """Whether a turn of this game is running or waiting in the queue (for at most
+        `ACTION_WAIT_S`: a turn whose event never started is not waited for forever)."""
+        sent = self._turn_sent_at
+        return self.busy or (sent is not None and self.clock() - sent < ACTION_WAIT_S)
 
     @contextmanager
     def _turn(self, wait_s: float) -> Iterator[None]:
@@ -118,6 +152,7 @@ class GameSlot:
         try:
             yield
         finally:
+            self.last_used = self.clock()
             self._lock.release()
 
     def run(
@@ -136,13 +171,29 @@ class GameSlot:
             return action(self.player)
 
 
+    def forget(self) -> bool:
+        """End the game unless an action is running on it: its files go, and the slot holds
+        no game (a tab still showing it starts a new one). False when it was busy."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            player, self.player = self.player, None
+            if player is not None:
+                ClipStore(self.root).end_player(
+                    player.player_id, (player.session, player.previous_game)
+                )
+            return True
+        finally:
+            self._lock.release()
+
+
 def discard_game_files(slot: GameSlot | None) -> None:
     """Delete an ended browser session's files: Gradio's delete callback of the game state.
+    A game the shelf keeps for a reload stays (the shelf forgets it when it has been idle).
 
     A plain function on purpose: Gradio deep-copies its components' settings on every page load,
     and a bound method would drag the UI, the engine and the models into that copy.
     """
-    if slot is None or slot.player is None:
+    if slot is None or slot.kept:
         return
-    player = slot.player
-    ClipStore(slot.root).end_player(player.player_id, (player.session, player.previous_game))
+    slot.forget()

@@ -47,8 +47,8 @@ CSS = f"""
 .ag-fill.ag-mid {{ background: {AMBER}; }}
 .ag-fill.ag-high {{ background: {GREEN}; }}
 #ag-command input, #ag-command textarea {{ min-height: {TAP}; font-size: 16px; }}
-#ag-command.ag-invalid input, #ag-command.ag-invalid textarea {{
-  outline: 2px solid {RED}; outline-offset: -2px; }}
+#ag-main #ag-command.ag-invalid input, #ag-main #ag-command.ag-invalid textarea {{
+  box-shadow: inset 0 0 0 2px {RED} !important; border-color: {RED} !important; }}
 #ag-main button, #ag-side button, .ag-chip-row button {{ min-height: {TAP}; }}
 #ag-main .ag-chip-row button {{ min-width: {TAP}; }}
 .ag-chip-row {{ padding: 2px 4px !important; }}
@@ -85,6 +85,8 @@ CSS = f"""
 .ag-meta {{ font-size: .85em; color: var(--body-text-color-subdued); }}
 .ag-nudge {{ margin-top: 4px; padding: 2px 8px; border-radius: 6px;
   border-left: 3px solid {AMBER}; background: {tint(AMBER, 14)}; }}
+.ag-refusal {{ padding: 2px 8px; border-radius: 6px; border-left: 3px solid {RED};
+  background: {tint(RED, 12)}; }}
 .ag-pending {{ font-style: italic; }}
 .ag-pending-bar {{ height: 4px; margin-top: 6px; border-radius: 2px; overflow: hidden;
   background: linear-gradient(90deg, transparent 0%, var(--color-accent) 50%, transparent 100%);

@@ -35,6 +35,7 @@ from animegamer.ui.chips import vocabulary_for
 from animegamer.ui.contracts import Engine
 from animegamer.ui.disk import DiskBudget, DiskKeeper
 from animegamer.ui.messages import user_error, without_paths
+from animegamer.ui.shelf import GameShelf
 from animegamer.ui.state import SESSION_FILES_MAX_AGE_S, Player, Screen, Update
 
 MAX_NAME_CHARS = 100
@@ -62,6 +63,7 @@ class GameTable:
         self.root = self.files.root
         self.delete_grace_s = delete_grace_s
         self.disk = DiskKeeper(self.files, disk or DiskBudget.of(Settings()))
+        self.shelf = GameShelf()
         self._next_sweep = 0.0
 
     @property
@@ -185,7 +187,9 @@ class GameTable:
         return Update(player, self.screen(player, f"Playing {shown}."))
 
     def tidy(self) -> None:
-        """Delete discarded files that are due, and (hourly) folders nobody will come back to."""
+        """Forget the kept games nobody came back to, delete discarded files that are due, and
+        (hourly) folders nobody will come back to."""
+        self.shelf.expire()
         now = time.monotonic()
         sweep = now >= self._next_sweep
         if sweep:

@@ -36,6 +36,7 @@ from animegamer.ui.story import eta_seconds, progress_text
 from animegamer.ui.table import GameTable
 
 logger = logging.getLogger(__name__)
+TURN_RUNNING = "Your turn is still being played: its clip appears in a moment."
 
 
 @contextmanager
@@ -151,11 +152,15 @@ class TurnActions:
         self.run_turn = run_turn or make_turn_runner(table.engine)
         self.clock = clock
 
-    def send(self, player: Player | None, text: str | None) -> Sent:
+    def send(self, player: Player | None, text: str | None, running: bool = False) -> Sent:
         """Read the command line before a turn: the fields to play, the command as it will be
-        played (gaps filled), and the story with a pending bubble. Changes no game."""
+        played (gaps filled), and the story with a pending bubble. Changes no game. An empty
+        line while a turn is `running` (the line empties when a turn is sent) is refused
+        saying so."""
         player = player or self.table.new_player()
         session = player.session
+        if running and not (text or "").strip():
+            raise user_error(TURN_RUNNING, "Turn running")
         instruction = self.table.read(session, text)
         try:
             check_room_for_turn(session)

@@ -185,6 +185,17 @@ def pending_messages(
     ]
 
 
+def refused_messages(
+    session: Session, name: str, text: str, reason_html: str
+) -> list[dict[str, Any]]:
+    """The story with a refused command (`text`, as typed; escaped here) and why it was not
+    played. `reason_html` is the refusal's message as `animegamer.ui.messages.user_error` made
+    it: escaped already, since Gradio shows the same text as HTML in its notice."""
+    typed = [{"role": "user", "content": html.escape(text)}] if text.strip() else []
+    note = f'<div class="ag-refusal">Not played. {reason_html}</div>'
+    return [*chat_messages(session, name), *typed, {"role": "assistant", "content": note}]
+
+
 def gallery_items(session: Session) -> list[tuple[str, str]]:
     """The clips of the last `GALLERY_CLIPS` turns, oldest first, captioned with their turn
     and instruction."""
