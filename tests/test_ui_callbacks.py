@@ -551,7 +551,9 @@ def test_views_skip_clips_that_are_gone(registry, tmp_path):
     screen = ui.screen(Player(session=session), "x")
     assert screen.gallery == [] and screen.clip is None
     assert screen.chat[1]["content"] == [screen.chat[1]["content"][0]]
-    assert list(history_frame(session).iloc[0])[2:6] == [2, -5, 5, -5]  # applied, not raw
+    row = history_frame(session).iloc[0]
+    shown = ["Motion level", "Stamina Δ", "Social Δ", "Entertainment Δ"]
+    assert list(row[shown]) == [2, -5, 5, -5]  # applied, not raw
 
 
 # Examples ---------------------------------------------------------------------------------------

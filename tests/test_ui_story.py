@@ -176,7 +176,9 @@ def test_the_story_shows_the_applied_changes_that_the_gauges_show():
     assert "Stamina −3" in answer and "Social +5" in answer and "Entertainment ±0" in answer
     assert "motion wild (5/5)" in answer and "Qiqi needs rest" in answer
     assert 'ag-change ag-down">−3' in gauges_html(session)
-    assert list(history_frame(session).iloc[-1])[3:6] == [-3, 5, 0]
+    assert list(history_frame(session).iloc[-1][["Stamina Δ", "Social Δ", "Entertainment Δ"]]) == [
+        -3, 5, 0
+    ]
     earlier = chat_messages(session, "Qiqi")[-3]["content"][0]
     assert "needs rest" not in earlier  # nudges only on the newest turn
 

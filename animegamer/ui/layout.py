@@ -42,7 +42,7 @@ CHIP_HINTS = {
     "places": "Where (replaces the place)",
 }
 HISTORY_WIDTHS: list[str | int] = [
-    56, 320, 90, 90, 90, 110, 80, 80, 110, 110, 80
+    56, 80, 70, 120, 90, 80, 130, 110, 320, 110, 80
 ]
 COMMAND_PLACEHOLDER = "What next? e.g. quickly run, day town"
 GAME_KEY_STORAGE = "animegamer-game"

@@ -57,8 +57,8 @@ CSS = f"""
 .ag-chip-row .gallery {{ flex-wrap: wrap !important; }}
 .ag-story-title {{ margin: 0; font-size: 1.1rem; }}
 .ag-status {{ height: 52px; overflow-y: auto; }}  /* a long message scrolls, moves nothing */
-#ag-chat .icon-button-wrapper.top-panel {{ position: static; margin: 4px 4px 0 auto;
-  width: fit-content; }}
+#ag-chat .icon-button-wrapper.top-panel {{ display: none; }}  /* the Chatbot's own trash: it
+  emptied the view only, and the next turn brought the story back (Undo, New game act on it) */
 #ag-character input {{ padding-right: 32px; text-overflow: ellipsis; }}
 #ag-preview {{ height: 0; min-height: 0; padding: 0; border: 0; overflow: visible;
   position: relative; z-index: 3; margin-bottom: calc(-1 * var(--layout-gap)); }}

@@ -34,17 +34,19 @@ LOW_BAND = 30
 HIGH_BAND = 70
 HISTORY_COLUMNS = (
     "Turn",
-    "Instruction",
-    "Motion level",
-    "Stamina Δ",
-    "Social Δ",
-    "Entertainment Δ",
     "Stamina",
     "Social",
     "Entertainment",
+    "Stamina Δ",
+    "Social Δ",
+    "Entertainment Δ",
+    "Motion level",
+    "Instruction",
     "Seed",
     "Seconds",
 )
+"""The history table's columns: the gauges first, so that they show in the narrow side column
+of a 1280-pixel screen; the instruction, the widest, after the numbers (the table scrolls)."""
 
 
 def previous_gauges(session: Session, turn: Turn) -> Gauges:
@@ -219,14 +221,14 @@ def history_frame(session: Session) -> pd.DataFrame:
         changes = applied_changes(session, turn)
         rows.append((
             turn.index,
-            turn.instruction.text,
-            turn.motion_level,
-            changes["stamina"],
-            changes["social"],
-            changes["entertainment"],
             turn.gauges.stamina,
             turn.gauges.social,
             turn.gauges.entertainment,
+            changes["stamina"],
+            changes["social"],
+            changes["entertainment"],
+            turn.motion_level,
+            turn.instruction.text,
             str(turn.seed),
             round(turn.timings.total_s, 1),
         ))
