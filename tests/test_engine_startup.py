@@ -147,7 +147,7 @@ def test_auto_lets_a_stand_in_play_a_character_whose_weights_cannot_be_had(
     engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
     qiqi, sosuke = engine.casting("Qiqi"), engine.casting("Sosuke")
     assert (qiqi.kind, qiqi.device, qiqi.available) == ("preview", "CPU", True)
-    assert "its weights could not be had: Qiqi: gated repo, no token" in qiqi.describe()
+    assert "Qiqi's own weights could not be had: Qiqi: gated repo, no token" in qiqi.describe()
     assert (sosuke.kind, sosuke.device) == ("real", "GPU")
     assert sosuke.describe() == f"Sosuke: {tmp_path}/checkpoints/Sosuke (converted, GPU)"
     assert "Sosuke: " in engine.notice and "Qiqi: tiny untrained models" in engine.notice
@@ -171,7 +171,7 @@ def test_no_gpu_means_a_stand_in_without_resolving_anything(monkeypatch, tmp_pat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     engine = create_engine(_settings(tmp_path), startup.resolve, CHARACTERS)
     assert engine.kind == "preview" and engine.notice.startswith("No GPU was found.")
-    assert engine.casting("Qiqi").note == "its weights need a GPU"
+    assert engine.casting("Qiqi").note == "Qiqi's own weights need a GPU"
     assert startup.resolved == []
 
 
@@ -183,7 +183,7 @@ def test_no_gpu_plays_the_nano_world_when_its_weights_are_here(monkeypatch, tmp_
     assert engine.kind == "nano" and engine.num_inference_steps == Settings().nano_steps
     assert engine.notice.startswith("No GPU was found. Playing AnimeGamer-Nano")
     assert engine.casting("Sosuke").describe() == (
-        f"Sosuke: {nano}/sosuke (Nano world, CPU; its weights need a GPU)"
+        f"Sosuke: {nano}/sosuke (Nano world, CPU; Sosuke's own weights need a GPU)"
     )
     assert startup.resolved == [] and startup.loaded == ["qiqi", "sosuke"]
     # one set of models per character of the world, as the release
@@ -211,7 +211,7 @@ def test_a_small_local_folder_plays_its_own_weights_on_the_cpu(monkeypatch, tmp_
     assert engine.casting_lines() == [
         f"Gone: unavailable (the local folder {tmp_path}/gone does not exist)",
         "Tux: runs/tux/character (trained, CPU)",
-        "Qiqi: nano/qiqi (Nano world, CPU; its weights need a GPU)",
+        "Qiqi: nano/qiqi (Nano world, CPU; Qiqi's own weights need a GPU)",
     ]
     assert engine.default_character == "Tux" and engine.kind == "real"
     assert engine.models_for("Tux") is not engine.models_for("Qiqi")

@@ -179,18 +179,18 @@ def plan_cast(
     the Nano world never silently plays in place of a creator's own character.
     """
     if not (gpu or local):
-        return CastPlan(name, stand_in_note="its weights need a GPU")
+        return CastPlan(name, stand_in_note=f"{name}'s own weights need a GPU")
     try:
         directory = resolve_character(name)
     except Exception as error:
         logger.warning("%s cannot play its own weights: %s", name, error)
         if local or settings.engine == EngineKind.REAL:
             return CastPlan(name, unavailable=str(error))
-        return CastPlan(name, stand_in_note=f"its weights could not be had: {error}")
+        return CastPlan(name, stand_in_note=f"{name}'s own weights could not be had: {error}")
     if weights_bytes(directory) <= CPU_WEIGHTS_LIMIT_BYTES:
         return CastPlan(name, directory, on_cpu=True)
     if not gpu:
-        return CastPlan(name, stand_in_note="its weights need a GPU")
+        return CastPlan(name, stand_in_note=f"{name}'s own weights need a GPU")
     return CastPlan(name, directory)
 
 
