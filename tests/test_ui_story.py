@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
 
 import pytest
 import torch
@@ -19,6 +21,8 @@ from animegamer.game.rules import (
     record_turn,
 )
 from animegamer.nano.vocabulary import MOTIONS, closed_vocabulary
+from animegamer.serving.engine import Casting
+from animegamer.serving.settings import EngineKind
 from animegamer.ui.chips import registry_vocabulary, vocabulary_for
 from animegamer.ui.story import (
     eta_seconds,
@@ -195,9 +199,27 @@ def test_player_words_are_escaped_in_the_story():
     assert "Qiqi quickly waves &amp; smile" in answer["content"][0]
 
 
-def test_the_banner_names_the_world():
-    assert banner_html("real", "") == ""
-    nano = banner_html("nano", "Trained <here>.")
-    assert "Playing the Nano world: a small anime world trained on a CPU" in nano
-    assert "Trained &lt;here&gt;." in nano
-    assert "Preview engine" in banner_html("preview", "x")
+def test_the_banner_names_what_plays_the_character():
+    trained = Casting("Spearman", EngineKind.REAL, "runs/spearman/run/character", "trained")
+    assert summary_of(banner_html(trained, "No GPU was found.")) == "Spearman: trained here, CPU"
+    converted = Casting("Qiqi", EngineKind.REAL, "cache/Qiqi", "converted", "GPU")
+    assert summary_of(banner_html(converted, "x")) == "Qiqi: the release's weights, converted, GPU"
+    assert banner_html(converted, "") == ""  # its own weights, nothing to say
+    nano = Casting("Qiqi", EngineKind.NANO, "nano/qiqi", "Nano world",
+                   note="its weights need a GPU")
+    shown = banner_html(nano, "Trained <here>.")
+    assert summary_of(shown) == (
+        "Qiqi: played by the Nano world, a small anime world trained on a CPU (its weights "
+        "need a GPU)")
+    assert "<p>Trained &lt;here&gt;.</p>" in shown
+    preview = Casting("Sosuke", EngineKind.PREVIEW, "tiny untrained models", "preview")
+    assert summary_of(banner_html(preview, "x")).startswith("Sosuke: played by the preview engine")
+    hostile = Casting("<b>Tux</b>", EngineKind.REAL, "runs/tux", "trained")
+    assert "<b>" not in banner_html(hostile, "x")
+
+
+def summary_of(banner: str) -> str:
+    """The banner's headline (its summary line), unescaped."""
+    found = re.search(r"<summary>(.*)</summary>", banner)
+    assert found is not None, banner
+    return html.unescape(found.group(1))

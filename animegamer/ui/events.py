@@ -28,7 +28,7 @@ from animegamer.ui.contracts import PreviewCallback, Progress, shows_live_previe
 from animegamer.ui.layout import Layout
 from animegamer.ui.saves import uploaded_path
 from animegamer.ui.state import GameSlot, Player, Update
-from animegamer.ui.views import preview_html, refused_messages
+from animegamer.ui.views import banner_html, preview_html, refused_messages
 
 ZERO_GPU_CONCURRENCY = 4
 """ZeroGPU runs each turn in its own worker on its own GPU slice: turns need not queue behind one
@@ -102,6 +102,13 @@ def game_outputs(slot: GameSlot, update: Update) -> list[Any]:
     return [
         slot, *update.screen, gr.update(value=line, elem_classes=[]), back_button(update.player)
     ]
+
+
+def character_banner(ui: GameUI, name: str | None) -> Any:
+    """The banner for the character the picker shows: what plays them here."""
+    if name not in ui.registry.names:
+        return gr.update()
+    return banner_html(ui.engine.casting(name), ui.engine.notice)
 
 
 def switch_outputs(ui: GameUI, slot: GameSlot, update: Update) -> list[Any]:
@@ -368,6 +375,10 @@ def wire_game(ui: GameUI, layout: Layout, queue_of: Queues, uploads: Container[s
     stage, side, player = layout.stage, layout.side, layout.player
     game = [player, *layout.screen, stage.command, stage.back]
     switched = [*game, stage.character, stage.avatar, *layout.suggestions.columns]
+    stage.character.change(
+        functools.partial(character_banner, ui), inputs=[stage.character],
+        outputs=[layout.banner], queue=False, show_progress="hidden", **PRIVATE,
+    )
     stage.undo.click(
         functools.partial(undo_turn, ui), inputs=[player], outputs=game, **queue_of.light,
         **PRIVATE,

@@ -107,6 +107,8 @@ class Layout:
     stage: Stage
     suggestions: Suggestions
     side: Side
+    banner: gr.HTML
+    """What plays the chosen character (`views.banner_html`), under the title."""
 
     @property
     def screen(self) -> list[Any]:
@@ -134,8 +136,8 @@ def launch_options(registry: Registry, settings: Settings) -> dict[str, Any]:
 SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def header_html(engine: Engine, space_id: str | None = None) -> str:
-    """The title, the engine's banner and, on Hugging Face Spaces, how to skip the queue."""
+def header_html(space_id: str | None = None) -> str:
+    """The title and, on Hugging Face Spaces, how to skip the queue."""
     duplicate = ""
     if space_id and SPACE_ID.match(space_id):
         link = html.escape(f"https://huggingface.co/spaces/{space_id}?duplicate=true", quote=True)
@@ -146,7 +148,7 @@ def header_html(engine: Engine, space_id: str | None = None) -> str:
     return (
         '<div class="ag-header"><h1>AnimeGamer</h1><span class="ag-tagline">Tell your anime '
         "character what to do, watch the clip, keep their stamina, social life and fun up."
-        f"</span></div>{banner_html(engine.kind, engine.notice)}{duplicate}"
+        f"</span></div>{duplicate}"
     )
 
 
@@ -352,12 +354,14 @@ def build_layout(ui: GameUI, engine: Engine, settings: Settings, examples_dir: P
     )
     pending = gr.State(None)
     game_key = gr.BrowserState("", storage_key=GAME_KEY_STORAGE, secret=GAME_KEY_CIPHER)
-    gr.HTML(header_html(engine, settings.space_id), elem_id="ag-top", padding=False)
+    gr.HTML(header_html(settings.space_id), elem_id="ag-top", padding=False)
+    first = engine.casting(ui.default_character.name)
+    banner = gr.HTML(banner_html(first, engine.notice), elem_id="ag-engine", padding=False)
     with gr.Row(equal_height=False, elem_id="ag-main"):
         with gr.Column(scale=3, min_width=320, elem_id="ag-stage"):
             stage = build_stage(ui, start)
             suggestions = build_suggestions(ui, load_playthroughs(examples_dir, ui.registry))
         with gr.Column(scale=2, min_width=320, elem_id="ag-side"):
             side = build_side(start)
-    return Layout(player, pending, game_key, stage, suggestions, side)
+    return Layout(player, pending, game_key, stage, suggestions, side, banner)
 

@@ -23,6 +23,7 @@ from PIL import Image
 
 from animegamer.command.parser import format_command
 from animegamer.game.rules import GAUGE_MAX, Gauges, Instruction, Session, Turn
+from animegamer.serving.engine import Casting
 from animegamer.serving.settings import EngineKind
 from animegamer.ui.story import motion_words, nudges, turn_sentence
 
@@ -235,23 +236,35 @@ def history_frame(session: Session) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
 
 
-BANNERS = {
-    EngineKind.PREVIEW: "Preview engine: tiny untrained models on the CPU, so the clips are noise.",
-    EngineKind.NANO: "Playing the Nano world: a small anime world trained on a CPU",
-    EngineKind.REAL: "Each character plays its own weights",
+STAND_INS = {
+    EngineKind.PREVIEW: "the preview engine, tiny untrained models on the CPU, so the clips are "
+    "noise",
+    EngineKind.NANO: "the Nano world, a small anime world trained on a CPU",
 }
+"""What a stand-in engine is, as the banner's headline names it."""
+ORIGINS = {"trained": "trained here", "converted": "the release's weights, converted"}
+"""Where a character's own weights come from (`Casting.origin`), in the headline's words."""
 
 
-def banner_html(kind: str, notice: str) -> str:
-    """One line saying which world plays, the engine's notice (which weights play whom)
-    folded under it; nothing for the real models when there is nothing to say."""
-    headline = BANNERS.get(EngineKind(kind))
-    if headline is None or (kind == EngineKind.REAL and not notice):
+def headline(casting: Casting) -> str:
+    """What plays the character, in one line: `Spearman: trained here, CPU` for its own
+    weights; for a stand-in, which one and why (`Qiqi: played by the Nano world, … (its
+    weights need a GPU)`)."""
+    if casting.kind in STAND_INS:
+        why = f" ({casting.note})" if casting.note else ""
+        return f"{casting.character}: played by {STAND_INS[casting.kind]}{why}"
+    return f"{casting.character}: {ORIGINS.get(casting.origin, casting.origin)}, {casting.device}"
+
+
+def banner_html(casting: Casting, notice: str) -> str:
+    """The headline of what plays the chosen character, the engine's notice (which weights
+    play whom) folded under it; nothing for its own weights when there is nothing to say."""
+    if casting.kind == EngineKind.REAL and not notice:
         return ""
     details = f"<p>{html.escape(notice)}</p>" if notice else ""
     return (
-        f'<details class="ag-banner" data-kind="{html.escape(kind)}"><summary>'
-        f"{html.escape(headline)}</summary>{details}</details>"
+        f'<details class="ag-banner" data-kind="{html.escape(casting.kind.value)}"><summary>'
+        f"{html.escape(headline(casting))}</summary>{details}</details>"
     )
 
 
