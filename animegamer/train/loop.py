@@ -89,8 +89,8 @@ def shards_parameters(accelerator: Accelerator) -> bool:
 
     if accelerator.distributed_type == DistributedType.FSDP:
         return True
-    plugin = accelerator.state.deepspeed_plugin
-    return accelerator.distributed_type == DistributedType.DEEPSPEED and plugin.zero_stage == 3
+    return (accelerator.distributed_type == DistributedType.DEEPSPEED
+            and accelerator.state.deepspeed_plugin.zero_stage == 3)
 
 
 def configure_deepspeed(
