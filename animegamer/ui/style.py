@@ -47,6 +47,8 @@ CSS = f"""
 .ag-fill.ag-mid {{ background: {AMBER}; }}
 .ag-fill.ag-high {{ background: {GREEN}; }}
 #ag-command input, #ag-command textarea {{ min-height: {TAP}; font-size: 16px; }}
+.ag-counter, .ag-counter p {{ margin: 0 !important; padding: 0 4px; text-align: right;
+  font-size: .8em; color: var(--body-text-color-subdued); }}
 #ag-main #ag-command.ag-invalid input, #ag-main #ag-command.ag-invalid textarea {{
   box-shadow: inset 0 0 0 2px {RED} !important; border-color: {RED} !important; }}
 #ag-main button, #ag-side button, .ag-chip-row button {{ min-height: {TAP}; }}
