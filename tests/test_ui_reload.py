@@ -46,15 +46,21 @@ def play(ui: GameUI, slot: GameSlot) -> None:
     slot.run(lambda player: ui.turns.play(player, QIQI_FIELDS, "", "3"))
 
 
+def command_line(ui: GameUI, key: str) -> dict:
+    return resume_game(ui, GameSlot(ui.root), key)[8]
+
+
 def test_a_reload_comes_back_to_the_game_and_other_keys_do_not(ui):
     slot, chat, _, key = page_load(ui, "")
     assert chat == [] and len(key) >= 32
+    assert "value" not in command_line(ui, key)  # a new game: the line as the player types it
     play(ui, slot)
     clip = Path(slot.player.session.turns[-1].clip_path)
 
     reloaded, chat, status, same_key = page_load(ui, key)
     assert reloaded is slot and same_key == key
     assert "Qiqi quickly flies on broomstick" in str(chat) and LOST_GAME not in status
+    assert command_line(ui, key)["value"] == "quickly fly on broomstick, day sky"
 
     other, other_chat, _, other_key = page_load(ui, "")  # another browser: no key yet
     assert other is not slot and other_key != key and other_chat == []

@@ -98,10 +98,11 @@ def game_outputs(slot: GameSlot, update: Update) -> list[Any]:
     """The state, the screen, the command line (the instruction to offer next) and the way
     back, after an action that changes the game."""
     toast(update)
-    line = format_command(update.instruction) if update.instruction else gr.update()
-    return [
-        slot, *update.screen, gr.update(value=line, elem_classes=[]), back_button(update.player)
-    ]
+    line = (
+        gr.update(value=format_command(update.instruction), elem_classes=[])
+        if update.instruction else gr.update(elem_classes=[])
+    )
+    return [slot, *update.screen, line, back_button(update.player)]
 
 
 def character_banner(ui: GameUI, name: str | None) -> Any:

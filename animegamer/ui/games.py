@@ -20,17 +20,16 @@ class GameActions:
     def resume(self, player: Player | None, lost: bool = False) -> Update:
         """A page (re)loaded: the browser's game as it was, its last instruction on the command
         line; or, when the browser's key names a game this server no longer has (`lost`), a new
-        game and the one notice saying so."""
-        if not lost:
-            update = self.table.start(player)
-            return dataclasses.replace(
-                update, instruction=self.table.last_instruction(update.player.session)
-            )
-        player = self.table.new_player()
-        return Update(
-            player, self.table.screen(player, LOST_GAME),
-            self.table.default_instruction(player.session.character), LOST_GAME,
-        )
+        game and the one notice saying so. A new game of the first character leaves the line as
+        the page shows it (its default command): the player may have started typing."""
+        if lost:
+            player = self.table.new_player()
+            return Update(player, self.table.screen(player, LOST_GAME), toast=LOST_GAME)
+        update = self.table.start(player)
+        session = update.player.session
+        if not session.turns and session.character == self.table.default_character.name:
+            return update
+        return dataclasses.replace(update, instruction=self.table.last_instruction(session))
 
     def restart(self, player: Player | None) -> Update:
         player = player or self.table.new_player()
