@@ -247,7 +247,7 @@ def test_free_text_reads_into_chips_in_any_order(nano_qiqi, text, expected):
     ("Qiqi in the town at night", "No motion: say what Qiqi should do with a Motion chip"),
     ("run from the town to the harbour", "One place a turn: the instruction names 'town' and "
                                          "'harbour'"),
-    ("Qiqi and Sosuke run", "names qiqi and sosuke; this game plays one character, Qiqi"),
+    ("Qiqi and Sosuke run", "names Qiqi and Sosuke; this game plays one character, Qiqi"),
 ])
 def test_free_text_the_world_cannot_play_in_one_turn_is_refused(nano_qiqi, text, message):
     with pytest.raises(InstructionError, match=re.escape(message)):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 FILLER_WORDS = frozenset({
     "a", "an", "the", "some", "this", "that", "these", "those", "her", "his", "their", "its",
@@ -32,7 +33,7 @@ FILLER_WORDS = frozenset({
 A world's phrases may contain them too ("sit on railing"): they are dropped from both sides."""
 
 _WORD = re.compile(r"[\w']+")
-_IRREGULAR_BASE = {"is": "be", "has": "have", "does": "do", "goes": "go"}
+_IRREGULAR_BASE = MappingProxyType({"is": "be", "has": "have", "does": "do", "goes": "go"})
 _ES_PLURAL = ("sses", "xes", "zzes", "ches", "shes", "oes")
 
 

@@ -402,7 +402,7 @@ def _read_closed(
     reading = read_words(text, vocabulary.phrase_tables(), context.names_someone, "motion")
     if reading.unknown:
         raise vocabulary.refuse_unknown(reading.unknown)
-    names = list(dict.fromkeys(name.casefold() for name in (named, *reading.names) if name))
+    names = {name.casefold(): name for name in (named, *reading.names) if name}.values()
     if len(names) > 1:
         raise InstructionError(
             f"The instruction names {' and '.join(names)}; this game plays one character, "
