@@ -104,6 +104,8 @@ CSS = f"""
   #ag-character .info-text {{ display: none; }}
   .ag-chip-tabs .tab-container button {{ padding: 0 8px; }}
   #ag-command-row {{ flex-wrap: wrap; }}
+  [id^="ag-examples-"] button.gallery-item {{ max-width: 100%; }}  /* long examples wrap */
+  [id^="ag-examples-"] button.gallery-item div {{ white-space: normal !important; }}
   #ag-command-row > * {{ min-width: 100% !important; }}
   .ag-gauges {{ gap: 6px; }}
   .ag-gauge-label {{ flex-basis: 100%; font-size: .85em; }}
