@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
     print(f"{'grid':32} {'tokens/clip':>11} {'s/render':>9}  ({args.steps} steps, "
           f"{args.threads} threads)")
     for label, levels, channels, temporal, patch in GRIDS:
