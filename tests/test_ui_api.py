@@ -67,5 +67,7 @@ def test_every_endpoint_refuses_a_bad_argument_with_a_title_and_a_message(served
     assert "was not uploaded" in not_uploaded.message
     not_text = refusal(client, 42, api_name="/parse")
     assert not_text.title == "Invalid instruction"
-    assert not_text.message.startswith("Invalid instruction: Type what your character should do")
+    # A number where text belongs is named with its kind and value (#51), not taken for text.
+    assert not_text.message == ("Invalid instruction: The instruction text must be text; "
+                                "got a number (42).")
     assert client.predict(api_name="/restart")[0]["turns"] == 0
