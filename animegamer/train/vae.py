@@ -88,7 +88,8 @@ def train_vae(
     paths = interleaved_clip_paths(datasets)
     first = read_clip(paths[0])
     clips = _clip_reader(paths, first.nbytes)
-    rng = random.Random(recipe.seed + _steps_done(start_from))
+    done = _steps_done(start_from)
+    rng = random.Random(recipe.seed + done)
     torch.manual_seed(recipe.seed)
     vae = build_vae(recipe, first.shape[1], first.shape[2])
     if start_from is not None:
@@ -103,7 +104,6 @@ def train_vae(
     out.mkdir(parents=True, exist_ok=True)
     losses = losses or out / "losses.jsonl"
     losses.parent.mkdir(parents=True, exist_ok=True)
-    done = _steps_done(start_from)
     with losses.open("a", encoding="utf-8") as log, tqdm(
         range(steps), desc="vae"
     ) as progress:

@@ -9,7 +9,7 @@ from collections.abc import Container
 from pathlib import Path
 
 from animegamer.command.parser import InstructionContext, check_instruction, game_context
-from animegamer.game.rules import Instruction
+from animegamer.game.rules import Instruction, Session
 from animegamer.game.save_reading import SaveFileError, TurnCheck, load_game
 from animegamer.game.savefile import save_game
 from animegamer.ui.disk import game_digest
@@ -41,15 +41,26 @@ class SaveActions:
     def __init__(self, table: GameTable) -> None:
         self.table = table
 
-    def save(self, player: Player | None) -> str:
-        """Write the game to a zip file and return its path (for a download): the game's one
-        current save, which replaces the one before."""
+    def _download_of(
+        self, player: Player | None, nothing_yet: str, title: str, not_made: str
+    ) -> tuple[Player, Session, str]:
+        """The player, its game and the file name of a download of it (save or playthrough),
+        once the game has a turn and the player's disk budget has room (else a titled refusal
+        saying `nothing_yet` or `not_made`)."""
         player = player or self.table.new_player()
         session = player.session
         if not session.turns:
-            raise user_error("Play a turn first: there is nothing to save yet.", "Nothing to save")
-        self.table.disk.make_room(player, "the game was not saved")
+            raise user_error(f"Play a turn first: {nothing_yet}.", title)
+        self.table.disk.make_room(player, not_made)
         name = f"animegamer-{session.character}-{len(session.turns)}turns-{game_digest(session)}"
+        return player, session, name
+
+    def save(self, player: Player | None) -> str:
+        """Write the game to a zip file and return its path (for a download): the game's one
+        current save, which replaces the one before."""
+        player, session, name = self._download_of(
+            player, "there is nothing to save yet", "Nothing to save", "the game was not saved"
+        )
         try:
             path = self.table.files.keep_one(
                 self.table.workdir(player, "saves"), f"{name}.zip",
@@ -106,12 +117,9 @@ class SaveActions:
 
     def playthrough(self, player: Player | None) -> str:
         """All clips of the game as one mp4; returns its path (for a download)."""
-        player = player or self.table.new_player()
-        session = player.session
-        if not session.turns:
-            raise user_error("Play a turn first: there is no clip yet.", "Nothing to download")
-        self.table.disk.make_room(player, "no playthrough was made")
-        name = f"animegamer-{session.character}-{len(session.turns)}turns-{game_digest(session)}"
+        player, session, name = self._download_of(
+            player, "there is no clip yet", "Nothing to download", "no playthrough was made"
+        )
         clips = [turn.clip_path for turn in session.turns]
         try:
             path = self.table.files.keep_one(
