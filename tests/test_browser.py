@@ -156,7 +156,7 @@ def game_url(browser_engine) -> Iterator[str]:
     """The app on the module's engine, its turns slowed down enough to watch them form."""
     engine = browser_engine
 
-    def slow_turn(session, instruction, seed, progress=None, on_preview=None):
+    def slow_turn(session, instruction, seed, progress=None, on_preview=None, withdrawn=None):
         def report(fraction, desc=None):
             time.sleep(STEP_DELAY_S)
             if progress is not None:

@@ -38,6 +38,7 @@ from animegamer.game.rules import (
 from animegamer.game.savefile import save_game
 from animegamer.nano.vocabulary import closed_vocabulary
 from animegamer.serving.clips import PLAYERS_FOLDER, ClipStore
+from animegamer.serving.devices import CPU_PLACEMENT
 from animegamer.serving.engine import Casting, EngineError
 from animegamer.serving.settings import EngineKind
 from animegamer.ui import GameUI, Player
@@ -474,6 +475,8 @@ class FailingEngine:
     def vocabulary_for(self, character: str) -> ClosedVocabulary | None:
         return None
 
+    placement = CPU_PLACEMENT
+
     def play(
         self, session, instruction, seed=None, progress=None, num_inference_steps=None,
         on_preview=None,
@@ -481,6 +484,16 @@ class FailingEngine:
         if progress is not None:
             progress(0.0, "Predicting the next game state")
         raise self.error
+
+    def play_batch(self, requests, num_inference_steps=None):
+        outcomes = []
+        for request in requests:
+            try:
+                outcomes.append(self.play(request.session, request.instruction, request.seed,
+                                          request.progress, num_inference_steps))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
 
 
 @pytest.mark.parametrize(
@@ -507,7 +520,7 @@ def test_engine_failures_become_messages_and_keep_the_game(
 
 
 def test_failure_outside_the_gpu_function_is_reported(registry, tmp_path):
-    def broken_runner(session, instruction, seed, progress=None, on_preview=None):
+    def broken_runner(session, instruction, seed, progress=None, on_preview=None, withdrawn=None):
         raise ConnectionError("worker vanished")
 
     ui = GameUI(FailingEngine(RuntimeError(), tmp_path), registry, run_turn=broken_runner)
@@ -594,7 +607,8 @@ class SlowTurns:
     def __init__(self, engine, seconds: float) -> None:
         self.engine, self.seconds = engine, seconds
 
-    def __call__(self, session, instruction, seed, progress=None, on_preview=None):
+    def __call__(self, session, instruction, seed, progress=None, on_preview=None,
+                 withdrawn=None):
         time.sleep(self.seconds)
         return self.engine.play(session, instruction, seed=seed)
 
@@ -697,7 +711,7 @@ def test_a_full_disk_under_the_clip_writer_is_reported_as_such(engine, registry,
 def make_turn_runner_failing(failure):
     from animegamer.ui.turns import turn_errors
 
-    def run_turn(session, instruction, seed, progress=None, on_preview=None):
+    def run_turn(session, instruction, seed, progress=None, on_preview=None, withdrawn=None):
         with turn_errors():
             failure()
 

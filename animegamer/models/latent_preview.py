@@ -135,15 +135,18 @@ def preview_due(step_index: int, num_steps: int) -> bool:
 
 class LatentPreviewCallback(PipelineCallback):
     """`callback_on_step_end` of `AnimeGamerPipeline` that hands `on_preview` a `ClipPreview`
-    of the first shot when `preview_due`, decoded by `preview` from the step's x0 estimate:
+    of shot `shot` (the batch's first by default) when `preview_due`, decoded by `preview` from
+    the step's x0 estimate:
 
         pipeline(representation, 3, callback_on_step_end=LatentPreviewCallback(map, show))
     """
 
-    def __init__(self, preview: LatentPreview, on_preview: Callable[[ClipPreview], None]):
+    def __init__(self, preview: LatentPreview, on_preview: Callable[[ClipPreview], None],
+                 shot: int = 0):
         super().__init__()
         self.preview = preview
         self.on_preview = on_preview
+        self.shot = shot
 
     @property
     def tensor_inputs(self) -> list[str]:
@@ -155,6 +158,7 @@ class LatentPreviewCallback(PipelineCallback):
         steps = pipeline.num_timesteps
         if preview_due(step_index, steps):
             # the sampler's space is whitened under frame-correlated noise: colour it back
-            x0 = pipeline.noise_prior.color(callback_kwargs["pred_original_sample"][:1])
+            shot = callback_kwargs["pred_original_sample"][self.shot : self.shot + 1]
+            x0 = pipeline.noise_prior.color(shot)
             self.on_preview(ClipPreview(step_index + 1, steps, self.preview.decode(x0[0])))
         return callback_kwargs

@@ -25,6 +25,7 @@ from animegamer.serving.engine import (
     PreviewCallback,
     ProgressCallback,
     TurnEngine,
+    TurnRequest,
 )
 from animegamer.serving.loading import (
     folder_origin,
@@ -146,6 +147,19 @@ class GameEngine:
         """`TurnEngine.play` on the engine that plays the session's character."""
         engine = self.engine_for(session.character)
         return engine.play(session, instruction, seed, progress, num_inference_steps, on_preview)
+
+    def play_batch(
+        self, requests: Sequence[TurnRequest], num_inference_steps: int | None = None
+    ) -> list[Session | Exception]:
+        """`TurnEngine.play_batch` on the engine that plays the requests' character (one for
+        all: a batch plays one character); each request fails alone when none can."""
+        if not requests:
+            return []
+        try:
+            engine = self.engine_for(requests[0].session.character)
+        except EngineError as error:
+            return [error for _ in requests]
+        return engine.play_batch(requests, num_inference_steps)
 
     def replace(self, casting: Casting, engine: TurnEngine | None = None) -> None:
         """Cast `casting.character` anew (start-up only: a load failed)."""

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,6 +104,35 @@ class Casting:
             return f"{self.character}: unavailable ({self.unavailable})"
         note = f"; {self.note}" if self.note else ""
         return f"{self.character}: {self.weights} ({self.origin}, {self.device}{note})"
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One player's turn, as `TurnEngine.play_batch` takes it: the game so far (never
+    modified), the validated instruction, the noise seed (fresh when None), and the callbacks
+    that see this turn's progress and its clip forming (`TurnEngine.play`'s arguments)."""
+
+    session: Session
+    instruction: Instruction
+    seed: int | None = None
+    progress: ProgressCallback | None = None
+    on_preview: PreviewCallback | None = None
+
+    def report(self, fraction: float, description: str) -> None:
+        if self.progress is not None:
+            self.progress(fraction, description)
+
+
+@dataclass(frozen=True)
+class _PlannedTurn:
+    """A turn whose game state is predicted, waiting for its clip."""
+
+    request: TurnRequest
+    seed: int
+    representation: torch.Tensor
+    states: GameStates
+    started: float
+    predicted: float
 
 
 class TurnEngine:
@@ -222,77 +251,154 @@ class TurnEngine:
                 the clip follows), with a `ClipPreview` of its first, middle and last frame;
                 not called when the engine's `live_preview` is off.
         """
-        seed = new_seed() if seed is None else check_seed(seed)
+        request = TurnRequest(session, instruction, seed, progress, on_preview)
+        (outcome,) = self.play_batch([request], num_inference_steps)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def play_batch(
+        self, requests: Sequence[TurnRequest], num_inference_steps: int | None = None
+    ) -> list[Session | Exception]:
+        """Play one turn for each request (all of one character), their clips rendered as one
+        decoder batch, and return each request's new session or the error that failed it.
+
+        Each turn predicts its game state alone, draws its noise from its own seed and keeps
+        its own motion scope, so a request gets the same clip alone or in any batch. A request
+        that fails (its seed, its prediction, its clip) fails alone; when the batched render
+        fails, each shot is rendered again on its own, so only the one at fault fails.
+        """
         steps = num_inference_steps or self.num_inference_steps
         if not 1 <= steps <= MAX_STEPS:
             raise ValueError(f"num_inference_steps must be in 1..{MAX_STEPS}, got {steps}")
-        report = progress or (lambda fraction, description: None)
-        models = self.models_for(session.character)
-        started = time.perf_counter()
-
-        report(0.0, "Predicting the next game state")
-        history = zip(session.history_turns, session.history_representations, strict=True)
-        representation, states = models.game_state.predict(
-            history, instruction, shared_prefill=self.shared_prefill
-        )
-        predicted = time.perf_counter()
-        preview = None
-        if on_preview is not None and self.live_preview and models.preview is not None:
-            preview = LatentPreviewCallback(models.preview, on_preview)
-        frames = self._render(models.decoder, representation, states, steps, seed, report,
-                              preview)
-        report(0.97, "Writing the clip")
-        path = self.clips.write_clip(frames, session.session_id, len(session.turns) + 1, seed)
-        finished = time.perf_counter()
+        characters = {request.session.character for request in requests}
+        if len(characters) > 1:
+            raise ValueError(f"a batch plays one character, got {sorted(characters)}")
+        if not requests:
+            return []
         try:
+            models = self.models_for(requests[0].session.character)
+        except Exception as error:
+            return [error for _ in requests]
+        outcomes: list[_PlannedTurn | Session | Exception] = [
+            self._predict(models, request) for request in requests
+        ]
+        planned = [outcome for outcome in outcomes if isinstance(outcome, _PlannedTurn)]
+        clips = dict(zip(map(id, planned), self._render_all(models, planned, steps),
+                         strict=True))
+        return [
+            self._land(models, outcome, clips[id(outcome)])
+            if isinstance(outcome, _PlannedTurn) else outcome
+            for outcome in outcomes
+        ]
+
+    def _predict(self, models: CharacterModels, request: TurnRequest) -> _PlannedTurn | Exception:
+        """The request's seed and game state, ready for its clip (or the error)."""
+        try:
+            seed = new_seed() if request.seed is None else check_seed(request.seed)
+            started = time.perf_counter()
+            request.report(0.0, "Predicting the next game state")
+            session = request.session
+            history = zip(session.history_turns, session.history_representations, strict=True)
+            representation, states = models.game_state.predict(
+                history, request.instruction, shared_prefill=self.shared_prefill
+            )
+        except Exception as error:
+            return error
+        return _PlannedTurn(request, seed, representation, states, started,
+                            time.perf_counter())
+
+    def _render_all(
+        self, models: CharacterModels, planned: Sequence[_PlannedTurn], steps: int
+    ) -> list[np.ndarray | Exception]:
+        """Every planned turn's frames, rendered together; one at a time when that fails."""
+        if not planned:
+            return []
+        try:
+            return list(self._render(models, planned, steps))
+        except Exception as error:
+            if len(planned) == 1:
+                return [error]
+            logger.warning("a batch of %d clips failed (%s); rendering each alone",
+                           len(planned), error)
+        return [self._render_one(models, turn, steps) for turn in planned]
+
+    def _render_one(
+        self, models: CharacterModels, turn: _PlannedTurn, steps: int
+    ) -> np.ndarray | Exception:
+        try:
+            (frames,) = self._render(models, [turn], steps)
+        except Exception as error:
+            return error
+        return frames
+
+    def _land(
+        self, models: CharacterModels, turn: _PlannedTurn, frames: np.ndarray | Exception
+    ) -> Session | Exception:
+        """The turn's clip written and the turn recorded in a new session (or the error)."""
+        if isinstance(frames, Exception):
+            return frames
+        request, session = turn.request, turn.request.session
+        path = None
+        try:
+            request.report(0.97, "Writing the clip")
+            path = self.clips.write_clip(frames, session.session_id, len(session.turns) + 1,
+                                         turn.seed)
             return record_turn(
                 session,
-                instruction=instruction,
-                states=states,
-                motion_scope_value=models.decoder.motion_scope(effective_motion_level(states.ml)),
-                representation=representation[0].float().cpu(),
-                seed=seed,
+                instruction=request.instruction,
+                states=turn.states,
+                motion_scope_value=models.decoder.motion_scope(
+                    effective_motion_level(turn.states.ml)
+                ),
+                representation=turn.representation[0].float().cpu(),
+                seed=turn.seed,
                 clip_path=str(path),
-                timings=Timings.between(started, predicted, finished),
+                timings=Timings.between(turn.started, turn.predicted, time.perf_counter()),
             )
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
+        except Exception as error:
+            if path is not None:
+                path.unlink(missing_ok=True)
+            return error
 
     def _render(
-        self,
-        decoder: AnimeGamerPipeline,
-        representation: torch.Tensor,
-        states: GameStates,
-        steps: int,
-        seed: int,
-        report: ProgressCallback,
-        preview: LatentPreviewCallback | None,
+        self, models: CharacterModels, turns: Sequence[_PlannedTurn], steps: int
     ) -> np.ndarray:
-        """The shot's uint8 frames [F, H, W, 3], reporting each denoising step (and previewing
-        the clip when `preview` is given)."""
+        """The shots' uint8 frames [B, F, H, W, 3], reporting each denoising step to every
+        turn (and previewing each turn's clip that asked for it)."""
+        previews = []
+        if self.live_preview and models.preview is not None:
+            previews = [
+                LatentPreviewCallback(models.preview, turn.request.on_preview, shot)
+                for shot, turn in enumerate(turns) if turn.request.on_preview is not None
+            ]
+
+        def report(fraction: float, description: str) -> None:
+            for turn in turns:
+                turn.request.report(fraction, description)
 
         def on_step_end(
             pipeline: AnimeGamerPipeline, step: int, timestep: torch.Tensor, tensors: dict
         ) -> dict:
             report(0.1 + 0.8 * (step + 1) / steps, f"Denoising step {step + 1}/{steps}")
-            if preview is not None:
+            for preview in previews:
                 preview(pipeline, step, timestep, tensors)
             if step + 1 == steps:
                 report(0.92, "Decoding the video")
             return tensors
 
-        output = decoder(
-            representation,
-            motion_level=effective_motion_level(states.ml),
+        levels = [effective_motion_level(turn.states.ml) for turn in turns]
+        output = models.decoder(
+            [turn.representation for turn in turns],
+            motion_level=levels,
             num_inference_steps=steps,
             guidance_scale=self.guidance_scale,
-            generator=torch.Generator("cpu").manual_seed(seed),
+            generator=[torch.Generator("cpu").manual_seed(turn.seed) for turn in turns],
             callback_on_step_end=on_step_end,
             callback_on_step_end_tensor_inputs=[
-                "latents", *(preview.tensor_inputs if preview is not None else [])
+                "latents", *(["pred_original_sample"] if previews else [])
             ],
         )
         assert isinstance(output, AnimeGamerPipelineOutput)  # return_dict=True
-        (frames,) = output.frames
-        return frames
+        assert isinstance(output.frames, np.ndarray)  # output_type="np"
+        return output.frames

@@ -48,6 +48,9 @@ def load_character_models(
         decoder.to(placement.storage_device)
     if placement.device == "cpu":
         use_onednn_conv3d(decoder.vae)
+    # one shot at a time through the VAE: a 3D convolution's rounding depends on the batch it
+    # runs in, and a player's clip must not depend on who else's turn shares it
+    decoder.vae.enable_slicing()
     preview = LatentPreview.for_folder(directory, decoder.vae) if live_preview else None
     if preview is not None and placement.offload:
         decoder.maybe_free_model_hooks()  # a fit ran the VAE on the device: offload it again

@@ -37,6 +37,7 @@ PRESET_CHOICES = ("quality", "fast", "low-vram", "consumer", "tiny-vram")
 """Speed presets of the real engine (`animegamer.serving.presets`)."""
 SPACE_DATA_DIR = Path("/data")
 """A Space's persistent storage, when it has some."""
+MAX_BATCH = 32
 TRUE_WORDS = frozenset({"1", "true", "yes"})
 
 
@@ -78,6 +79,9 @@ class Settings:
     `player_disk_mb`: the most one player's files (their games' clips, saves and exports) may
     take in `output_dir`; `disk_mb`: the most every player's files together may take
     (docs/playing.md, "Limits").
+    `max_batch`: the most turns played as one batch (turns of one character that wait at the
+    same moment; `animegamer.serving.batching`); `batch_wait_s`: the longest a turn that
+    could start waits for others to join it.
     """
 
     engine: EngineKind = EngineKind.AUTO
@@ -99,6 +103,8 @@ class Settings:
     live_preview: bool = True
     player_disk_mb: int = 3072
     disk_mb: int = 20480
+    max_batch: int = 8
+    batch_wait_s: float = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", _engine_kind(self.engine))
@@ -132,6 +138,8 @@ class Settings:
             live_preview=_flag(env, "ANIMEGAMER_LIVE_PREVIEW", default=defaults.live_preview),
             player_disk_mb=_int(env, "ANIMEGAMER_PLAYER_DISK_MB", defaults.player_disk_mb),
             disk_mb=_int(env, "ANIMEGAMER_DISK_MB", defaults.disk_mb),
+            max_batch=_int(env, "ANIMEGAMER_MAX_BATCH", defaults.max_batch),
+            batch_wait_s=_float(env, "ANIMEGAMER_BATCH_WAIT_S", defaults.batch_wait_s),
         )
         settings.validate()
         return settings
@@ -160,6 +168,10 @@ class Settings:
                 f"ANIMEGAMER_PLAYER_DISK_MB must be in 1..ANIMEGAMER_DISK_MB ({self.disk_mb}): "
                 f"{self.player_disk_mb}"
             )
+        if not 1 <= self.max_batch <= MAX_BATCH:
+            raise SettingsError(f"ANIMEGAMER_MAX_BATCH must be in 1..{MAX_BATCH}: {self.max_batch}")
+        if not 0.0 <= self.batch_wait_s <= 5.0:
+            raise SettingsError(f"ANIMEGAMER_BATCH_WAIT_S must be in 0..5: {self.batch_wait_s}")
         if not 1.0 <= self.guidance_scale <= 20.0:
             raise SettingsError(f"ANIMEGAMER_GUIDANCE must be in 1..20: {self.guidance_scale}")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import gradio as gr
 
 from animegamer.characters.registry import Registry
+from animegamer.serving.batching import batch_settings
 from animegamer.serving.settings import Settings
 from animegamer.ui import api, events
 from animegamer.ui.callbacks import GameUI
@@ -33,7 +34,7 @@ def build_app(
     """The game's Blocks for `engine` (real, nano or preview) and the characters of `registry`."""
     ui = GameUI(
         engine, registry, window=settings.window, run_turn=run_turn,
-        disk=DiskBudget.of(settings),
+        disk=DiskBudget.of(settings), batching=batch_settings(settings, engine.placement),
     )
     ui.tidy()
     with gr.Blocks(title="AnimeGamer", delete_cache=CACHE_SWEEP) as demo:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from animegamer.characters.registry import Registry
+from animegamer.serving.batching import BatchSettings
 from animegamer.serving.clips import DELETE_GRACE_S
 from animegamer.ui.contracts import Engine, TurnRunner
 from animegamer.ui.disk import DiskBudget
@@ -39,10 +40,14 @@ class GameUI(GameTable):
         clock: Callable[[], float] = time.perf_counter,
         delete_grace_s: float = DELETE_GRACE_S,
         disk: DiskBudget | None = None,
+        batching: BatchSettings | None = None,
     ) -> None:
         super().__init__(
             engine, registry, window=window, delete_grace_s=delete_grace_s, disk=disk
         )
-        self.turns = TurnActions(self, run_turn, clock)
+        self.batching = batching or BatchSettings()
+        """How many turns may play as one batch (`make_turn_runner`; the GPU queue lets that
+        many wait together)."""
+        self.turns = TurnActions(self, run_turn, clock, self.batching)
         self.games = GameActions(self)
         self.saves = SaveActions(self)

@@ -3,7 +3,8 @@ live-preview callbacks, the function that plays a turn, and the ZeroGPU time a t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -12,7 +13,7 @@ from animegamer.command.parser import ClosedVocabulary
 from animegamer.game.rules import Instruction, Session
 from animegamer.serving.clips import ClipStore
 from animegamer.serving.devices import Placement
-from animegamer.serving.engine import Casting
+from animegamer.serving.engine import Casting, TurnRequest
 
 GPU_BASE_SECONDS = 20
 GPU_SECONDS_PER_STEP = 1.0
@@ -45,6 +46,9 @@ PreviewCallback = Callable[[ClipPreview], None]
 
 
 class TurnRunner(Protocol):
+    """Plays one turn (with the others waiting at the same moment) and returns the new
+    session; a turn still waiting when `withdrawn` is set is not played."""
+
     def __call__(
         self,
         session: Session,
@@ -52,6 +56,7 @@ class TurnRunner(Protocol):
         seed: int | None,
         progress: Progress | None = None,
         on_preview: PreviewCallback | None = None,
+        withdrawn: threading.Event | None = None,
     ) -> Session: ...
 
 
@@ -88,6 +93,10 @@ class Engine(Protocol):
         on_preview: PreviewCallback | None = None,
     ) -> Session: ...
 
+    def play_batch(
+        self, requests: Sequence[TurnRequest], num_inference_steps: int | None = None
+    ) -> list[Session | Exception]: ...
+
 
 def shows_live_preview(engine: Engine) -> bool:
     """Whether the engine's turns report the clip as it forms (`engine.play(...,
@@ -96,6 +105,9 @@ def shows_live_preview(engine: Engine) -> bool:
     return engine.live_preview and not engine.placement.zero_gpu
 
 
-def gpu_seconds(steps: int) -> int:
-    """ZeroGPU time to reserve for one turn of `steps` diffusion steps."""
-    return int(min(GPU_MAX_SECONDS, GPU_BASE_SECONDS + GPU_SECONDS_PER_STEP * steps))
+def gpu_seconds(steps: int, batch_size: int = 1) -> int:
+    """ZeroGPU time to reserve for a batch of `batch_size` turns of `steps` diffusion steps:
+    the load and decode once, the steps once per turn (a batched step costs about as much as
+    its turns' steps one after another when the GPU is full; less when it is not)."""
+    seconds = GPU_BASE_SECONDS + GPU_SECONDS_PER_STEP * steps * batch_size
+    return int(min(GPU_MAX_SECONDS, seconds))

@@ -31,8 +31,8 @@ from animegamer.ui.state import GameSlot, Player, Update
 from animegamer.ui.views import banner_html, preview_html, refused_messages
 
 ZERO_GPU_CONCURRENCY = 4
-"""ZeroGPU runs each turn in its own worker on its own GPU slice: turns need not queue behind one
-another there, while one dedicated GPU plays one turn at a time."""
+"""ZeroGPU runs each call in its own worker on its own GPU slice: calls need not queue behind
+one another there, while one dedicated GPU plays one batch at a time."""
 GPU_CONCURRENCY = 1
 LIGHT_CONCURRENCY = 8
 """Undo, restart, character, save: quick, but one may wait for its game's running turn."""
@@ -57,13 +57,14 @@ class Queues:
 
 
 def queues(ui: GameUI) -> Queues:
-    zero_gpu = ui.engine.placement.zero_gpu
+    """The turn queue lets a whole batch of turns in at once (they wait for each other in the
+    `TurnBatcher`, which plays one batch at a time); Gradio's queue holds the rest."""
+    alone = ZERO_GPU_CONCURRENCY if ui.engine.placement.zero_gpu else GPU_CONCURRENCY
     return Queues(
         light=Concurrency(concurrency_limit=LIGHT_CONCURRENCY, concurrency_id="light"),
         files=Concurrency(concurrency_limit=FILE_CONCURRENCY, concurrency_id="files"),
         gpu=Concurrency(
-            concurrency_limit=ZERO_GPU_CONCURRENCY if zero_gpu else GPU_CONCURRENCY,
-            concurrency_id="gpu",
+            concurrency_limit=max(alone, ui.batching.max_batch_size), concurrency_id="gpu"
         ),
     )
 
@@ -216,7 +217,7 @@ def play_pending(
     def turn(on_preview: PreviewCallback | None) -> Update:
         def play(current: Player | None) -> Update:
             update = ui.turns.play_instruction(
-                current, pending.instruction, seed, progress, on_preview
+                current, pending.instruction, seed, progress, on_preview, abandoned
             )
             if abandoned.is_set():
                 ui.turns.abandon(update)

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 
 from animegamer.game.rules import GameStates, Gauges, Instruction
+from animegamer.serving.batching import QueuePlace
 
 MOTION_WORDS = {1: "still", 2: "calm", 3: "lively", 4: "energetic", 5: "wild"}
 LOW_GAUGE = 20
@@ -104,10 +105,22 @@ def stage_text(description: str | None) -> str:
     return description
 
 
+QUEUE_PREFIX = "Waiting for"
+
+
+def queue_text(place: QueuePlace) -> str:
+    """Where a waiting turn stands, in the game's words: `Waiting for 3 turns ahead of yours ·
+    about 12 s`, the estimate from the batches timed so far."""
+    turns = f"{place.ahead} turn{'' if place.ahead == 1 else 's'}"
+    eta = "" if place.eta_s is None else f" · about {place.eta_s:.0f} s"
+    return f"{QUEUE_PREFIX} {turns} ahead of yours{eta}"
+
+
 def progress_text(description: str | None, fraction: float, eta_s: float | None) -> str:
-    """The stage, and how long is left when a recent turn gives an estimate."""
+    """The stage, and how long is left when a recent turn gives an estimate (a place in the
+    queue says its own)."""
     stage = stage_text(description)
-    if eta_s is None:
+    if eta_s is None or stage.startswith(QUEUE_PREFIX):
         return stage
     left = max(0.0, eta_s * (1.0 - fraction))
     return f"{stage} · about {left:.0f} s left"

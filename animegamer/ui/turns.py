@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +27,14 @@ from animegamer.game.rules import (
     turn_note,
     undo,
 )
-from animegamer.serving.engine import EngineError
+from animegamer.serving.batching import BatchSettings, TurnBatcher, TurnWithdrawn
+from animegamer.serving.engine import EngineError, TurnRequest
 from animegamer.serving.memory import release_free_memory
 from animegamer.ui import views
 from animegamer.ui.contracts import Engine, PreviewCallback, Progress, TurnRunner, gpu_seconds
 from animegamer.ui.messages import DISK_FULL, is_disk_full, user_error
 from animegamer.ui.state import Player, Sent, Update
-from animegamer.ui.story import eta_seconds, progress_text
+from animegamer.ui.story import eta_seconds, progress_text, queue_text
 from animegamer.ui.table import GameTable
 
 logger = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ def turn_errors(folder: Path | None = None) -> Iterator[None]:
     where the turn writes its clip (to tell a full disk)."""
     try:
         yield
-    except gr.Error:
+    except (gr.Error, TurnWithdrawn):
         raise
     except InstructionError as error:
         raise user_error(str(error), "Invalid instruction") from error
@@ -76,21 +78,34 @@ def turn_errors(folder: Path | None = None) -> Iterator[None]:
         ) from error
 
 
-def make_turn_runner(engine: Engine) -> TurnRunner:
-    """The one GPU function: plays a turn and returns the new session (CPU data only).
+def make_turn_runner(engine: Engine, batching: BatchSettings | None = None) -> TurnRunner:
+    """The function that plays a turn: it joins the turns of the same character waiting at
+    the same moment (`TurnBatcher`, sized by `batching`; one at a time by default), whose
+    batch runs in one GPU call, and returns the new session (CPU data only).
 
-    On ZeroGPU `spaces.GPU` reserves `gpu_seconds` for the engine's step count per call;
-    elsewhere it is inert and this runs in the calling thread.
+    On ZeroGPU `spaces.GPU` reserves `gpu_seconds` for the batch's size and the engine's step
+    count per call; elsewhere it is inert and the batch runs in the leading turn's thread.
     """
 
-    def duration(
-        session: Session,
-        instruction: Instruction,
-        seed: int | None,
-        progress: Progress | None = None,
-        on_preview: PreviewCallback | None = None,
-    ) -> int:
-        return gpu_seconds(engine.num_inference_steps)
+    def duration(requests: Sequence[TurnRequest]) -> int:
+        return gpu_seconds(engine.num_inference_steps, len(requests))
+
+    def play_batch(requests: Sequence[TurnRequest]) -> list[Session | Exception]:
+        return engine.play_batch(requests)
+
+    on_gpu = spaces.GPU(duration=duration)(play_batch)
+
+    def play_where_it_plays(requests: Sequence[TurnRequest]) -> list[Session | Exception]:
+        """A character that plays on the CPU takes no ZeroGPU reservation: it would only
+        spend the visitors' quota. ZeroGPU's worker process cannot call back into this one:
+        the turns' callbacks stay here."""
+        if engine.casting(requests[0].session.character).on_cpu:
+            return engine.play_batch(requests)
+        if engine.placement.zero_gpu:
+            requests = [dataclasses.replace(r, progress=None, on_preview=None) for r in requests]
+        return on_gpu(requests)
+
+    batcher = TurnBatcher(play_where_it_plays, batching or BatchSettings())
 
     def run_turn(
         session: Session,
@@ -98,30 +113,17 @@ def make_turn_runner(engine: Engine) -> TurnRunner:
         seed: int | None,
         progress: Progress | None = None,
         on_preview: PreviewCallback | None = None,
+        withdrawn: threading.Event | None = None,
     ) -> Session:
         def report(fraction: float, description: str) -> None:
             if progress is not None:
                 progress(fraction, desc=description)
 
-        previews: dict[str, Any] = {} if on_preview is None else {"on_preview": on_preview}
+        request = TurnRequest(session, instruction, seed, report, on_preview)
         with turn_errors(engine.clips.root):
-            return engine.play(session, instruction, seed=seed, progress=report, **previews)
+            return batcher.play(request, withdrawn, lambda place: report(0.0, queue_text(place)))
 
-    on_gpu = spaces.GPU(duration=duration)(run_turn)
-
-    def run_where_it_plays(
-        session: Session,
-        instruction: Instruction,
-        seed: int | None,
-        progress: Progress | None = None,
-        on_preview: PreviewCallback | None = None,
-    ) -> Session:
-        """A character that plays on the CPU takes no ZeroGPU reservation: it would only
-        spend the visitor's quota."""
-        on_cpu = engine.casting(session.character).on_cpu
-        return (run_turn if on_cpu else on_gpu)(session, instruction, seed, progress, on_preview)
-
-    return run_where_it_plays
+    return run_turn
 
 
 @dataclass(frozen=True)
@@ -147,9 +149,10 @@ class TurnActions:
         table: GameTable,
         run_turn: TurnRunner | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        batching: BatchSettings | None = None,
     ) -> None:
         self.table = table
-        self.run_turn = run_turn or make_turn_runner(table.engine)
+        self.run_turn = run_turn or make_turn_runner(table.engine, batching)
         self.clock = clock
 
     def send(self, player: Player | None, text: str | None, running: bool = False) -> Sent:
@@ -193,8 +196,11 @@ class TurnActions:
         seed: str | float | None = "random",
         progress: Progress | None = None,
         on_preview: PreviewCallback | None = None,
+        withdrawn: threading.Event | None = None,
     ) -> Update:
-        """Play one turn of `instruction` (already read); `on_preview` sees the clip forming."""
+        """Play one turn of `instruction` (already read); `on_preview` sees the clip forming.
+        A turn still waiting for its batch when `withdrawn` is set is never played
+        (`TurnWithdrawn`)."""
         player = player or self.table.new_player()
         try:
             check_room_for_turn(player.session)
@@ -210,9 +216,9 @@ class TurnActions:
         try:
             session = self.run_turn(
                 player.session, instruction, seed_value, story_progress(progress, eta),
-                on_preview,
+                on_preview, withdrawn,
             )
-        except gr.Error:
+        except (gr.Error, TurnWithdrawn):
             raise
         except Exception as error:  # raised outside the GPU function (e.g. by ZeroGPU itself)
             logger.exception("turn failed outside the engine")

@@ -27,6 +27,24 @@ DEFAULT_MOTION_SCOPES: tuple[float, ...] = (0.5, 1.0, 5.0, 20.0, 40.0)
 """The released demo's table: motion level ML 1..5 → motion-scope value."""
 
 
+class PerShotLinear(nn.Linear):
+    """A Linear over one vector per shot ([B, in] → [B, out]) computed in float64 and rounded
+    back. A matrix product's rounding depends on the kernel, and the kernel on the row count
+    and on where the weights lie in memory (on a CPU 1 row and 4 rows round differently), so
+    the same shot's embedding would differ in its last bits with the batch it is rendered in.
+    In float64 those differences are far below the input's precision and vanish in the
+    rounding. The layers over tokens (hundreds of rows) need not: their kernel does not change
+    with the batch. A quantized weight (a tensor subclass) is multiplied as it is."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if is_tensor_subclass(self.weight.data):
+            return super().forward(input)
+        bias: torch.Tensor | None = self.bias  # None for a Linear made with bias=False
+        exact = nn.functional.linear(input.double(), self.weight.double(),
+                                     None if bias is None else bias.double())
+        return exact.to(input.dtype)
+
+
 class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
     """CogVideoX-2B with AnimeGamer's conditioning.
 
@@ -45,6 +63,9 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
       the frequencies as timesteps 0–999 do; at 1 only the few fastest channels tell 1 from 7.
     * `noise_correlation` is the correlation over frames of the diffusion noise the model was
       trained on (`FrameCorrelatedNoise`); the release's is 0, independent noise.
+    * The per-shot layers (the timestep and motion-scope embeddings, the blocks' modulations)
+      run one shot at a time (`PerShotLinear`), so a shot renders to the same numbers alone or
+      in a batch of other players' shots.
     * `reference_channels` > 0 adds a spatial reference, as CogVideoX's image-to-video model
       concatenates an image's latent to the noisy one: the representation's image tokens (the
       first frame's 14×14 patch grid) are projected to that many channels, resized to the
@@ -138,6 +159,13 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         self.reference_proj = (
             nn.Linear(inner_dim, reference_channels) if reference_channels else None
         )
+        per_shot: list[Any] = [self.time_embedding, self.ofs_embedding, self.norm_out]
+        for block in self.transformer_blocks:
+            per_shot += [block.norm1, block.norm2]
+        for module in per_shot:
+            for layer in module.modules():
+                if type(layer) is nn.Linear:
+                    layer.__class__ = PerShotLinear
 
     def spatial_reference(self, encoder_hidden_states: torch.Tensor, frames: int, height: int,
                           width: int) -> torch.Tensor:
@@ -176,6 +204,11 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
             hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
         return super().forward(hidden_states, encoder_hidden_states, timestep, timestep_cond,
                                ofs, image_rotary_emb, attention_kwargs, return_dict)
+
+
+def is_tensor_subclass(tensor: torch.Tensor) -> bool:
+    """A tensor of a subclass (a quantized weight), not a plain one."""
+    return type(tensor) is not torch.Tensor
 
 
 def is_int(value: object) -> bool:
