@@ -8,7 +8,7 @@ latency (as a player waits for it) and the batch sizes the server's log reports;
 acceptance ratios: 8 simultaneous turns against 8 lone ones, and p95 against a lone turn.
 
     .venv/bin/python benchmarks/serving.py [--engine nano] [--max-batch 1 8]
-        [--players 1 4 8 20] [--turns 2]
+        [--players 1 4 8 20] [--turns 2] [--batch-wait 0.1]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ sys.path.insert(0, str(REPO))
 from animegamer.serving.batching import BATCH_LOG  # noqa: E402
 
 QIQI = ("Qiqi", "quickly", "fly on broomstick", "day", "sky")
+WARM_UP_TURNS = 3
+"""The first turns of a fresh server are slower (first calls of each kernel)."""
+LONE_TURNS = 8
 BATCH_LINE = re.compile(rf"{BATCH_LOG} (\d+) turns of \w+ in one batch")
 
 
@@ -60,7 +63,7 @@ class Run:
 class Server:
     """The app in a subprocess, its log read line by line (the batches it reports)."""
 
-    def __init__(self, engine: str, max_batch: int, steps: int | None) -> None:
+    def __init__(self, engine: str, max_batch: int, wait_s: float, steps: int | None) -> None:
         self.output = Path(tempfile.mkdtemp(prefix="animegamer-serving-"))
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/"
@@ -68,6 +71,7 @@ class Server:
             **os.environ,
             "ANIMEGAMER_ENGINE": engine,
             "ANIMEGAMER_MAX_BATCH": str(max_batch),
+            "ANIMEGAMER_BATCH_WAIT_S": str(wait_s),
             "ANIMEGAMER_OUTPUT_DIR": str(self.output),
             "GRADIO_SERVER_NAME": "127.0.0.1",
             "GRADIO_SERVER_PORT": str(port),
@@ -132,7 +136,7 @@ def play_together(url: str, players: int, turns: int) -> Run:
 
 
 def report(max_batch: int, lone_s: float, runs: list[Run]) -> None:
-    print(f"\nmax batch {max_batch} · lone turn {lone_s:.2f} s (median of 5)")
+    print(f"\nmax batch {max_batch} · lone turn {lone_s:.2f} s (median of {LONE_TURNS})")
     print("players × turns | played | failed | wall s | turns/s | p50 s | p95 s | batches")
     for run in runs:
         batches = " ".join(f"{size}×{count}" for size, count in sorted(run.batches.items()))
@@ -158,16 +162,18 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--players", type=int, nargs="+", default=[1, 4, 8, 20])
     parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--batch-wait", type=float, default=0.1,
+                        help="ANIMEGAMER_BATCH_WAIT_S of the server")
     parser.add_argument("--steps", type=int, default=None,
                         help="diffusion steps (default: the engine's)")
     args = parser.parse_args()
     print(f"{args.engine} engine, {os.cpu_count()} CPUs, {args.turns} turns a player")
     for max_batch in args.max_batch:
-        server = Server(args.engine, max_batch, args.steps)
+        server = Server(args.engine, max_batch, args.batch_wait, args.steps)
         try:
             wait_for(server.url, server.process)
-            lone = play_together(server.url, 1, 6)
-            lone_s = statistics.median(lone.latencies[1:])  # the first warms up
+            lone = play_together(server.url, 1, LONE_TURNS + WARM_UP_TURNS)
+            lone_s = statistics.median(lone.latencies[WARM_UP_TURNS:])
             server.take_batches()
             runs = []
             for players in args.players:

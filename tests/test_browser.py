@@ -427,6 +427,53 @@ def test_suggestions_examples_and_hostile_text(browser, game_url):
     page.close()
 
 
+WATCH_PREVIEW_FIT_JS = """() => {
+  window.__agPreviewFits = [];
+  new MutationObserver(() => {
+    const images = [...document.querySelectorAll('#ag-preview .ag-preview img')];
+    if (images.length) window.__agPreviewFits.push(images.every(img => {
+      const box = img.getBoundingClientRect();
+      return box.left >= 0 && box.right <= window.innerWidth + 1 && box.width > 0;
+    }));
+  }).observe(document.querySelector('#ag-preview'),
+    {subtree: true, childList: true, attributes: true});
+}"""
+
+
+def test_on_a_phone_an_example_tapped_below_the_stage_plays_in_view(
+    browser, game_url, browser_engine
+):
+    """Scrolled down to the Try examples, a tap plays the example and brings the stage back
+    into view; every example, the placeholder and each preview frame fit the phone's width."""
+    page, dialogs = open_game(browser, game_url, PHONE, "light")
+    command(page).fill("")
+    fits = page.evaluate("""() => {
+      const line = document.querySelector('#ag-command input, #ag-command textarea');
+      return line.scrollWidth <= line.clientWidth;
+    }""")
+    assert fits, "the command line's placeholder is cut"
+    page.evaluate(WATCH_PREVIEW_FIT_JS)
+    tab = page.locator("#ag-tab-examples-Qiqi-button")
+    tab.scroll_into_view_if_needed()
+    tab.click()
+    examples = page.locator("#ag-examples-Qiqi button.gallery-item")
+    examples.first.wait_for()
+    widths = examples.evaluate_all("items => items.map(i => i.getBoundingClientRect().right)")
+    assert max(widths) <= PHONE["width"] + 1, widths
+    example = page.locator("#ag-examples-Qiqi").get_by_text("gently sit on railing, day town")
+    example.scroll_into_view_if_needed()
+    assert page.locator("#ag-clip").bounding_box()["y"] < 0  # the stage is above the screen
+    example.click()
+    page.locator("#ag-chat .ag-turn-1").wait_for()
+    clip = page.locator("#ag-clip").bounding_box()
+    assert clip["y"] >= -1 and clip["y"] + clip["height"] <= PHONE["height"] + 1, clip
+    if shows_live_preview(browser_engine):
+        previews = page.evaluate("window.__agPreviewFits")
+        assert previews and all(previews), previews
+    assert dialogs == []
+    page.close()
+
+
 MARK_JS = """() => getComputedStyle(
   document.querySelector('#ag-command input, #ag-command textarea')).boxShadow"""
 """How the command line is marked, as the browser draws it (Gradio's theme sets its outline to

@@ -39,6 +39,14 @@ LIGHT_CONCURRENCY = 8
 FILE_CONCURRENCY = 2
 """Load and playthrough read or write every clip of a game."""
 INVALID = "ag-invalid"
+SHOW_STAGE_JS = """() => {
+  const stage = document.querySelector('#ag-clip');
+  if (!stage) return;
+  const box = stage.getBoundingClientRect();
+  if (box.top < 0 || box.bottom > window.innerHeight) stage.scrollIntoView({block: 'start'});
+}"""
+"""A turn sent from below the stage (a chip or an example tapped on a phone) brings the stage
+into view, where its progress, preview and clip appear."""
 PRIVATE: dict[str, Any] = {"api_visibility": "private"}
 
 
@@ -330,6 +338,7 @@ def wire_turn(ui: GameUI, layout: Layout, queue_of: Queues) -> None:
     )
 
     def then_play(sent: Any) -> None:
+        sent.success(None, js=SHOW_STAGE_JS, queue=False, **PRIVATE)
         sent.failure(
             functools.partial(show_refusal, ui), inputs=[layout.player, stage.command],
             outputs=[side.chat, stage.command], queue=False, show_progress="hidden", **PRIVATE,
