@@ -5,13 +5,16 @@ depend on its batch; a failing turn fails alone) and the `TurnBatcher` that gath
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import QIQI_FIELDS
 
+from animegamer.characters.registry import load_registry
 from animegamer.game.rules import make_instruction, new_session
 from animegamer.serving.batching import (
     BatchSettings,
@@ -23,6 +26,7 @@ from animegamer.serving.batching import (
 from animegamer.serving.devices import CPU_PLACEMENT, Placement
 from animegamer.serving.engine import TurnRequest
 from animegamer.serving.settings import Settings, SettingsError
+from animegamer.ui import GameUI
 from animegamer.ui.contracts import gpu_seconds
 from animegamer.ui.story import progress_text, queue_text
 
@@ -267,3 +271,39 @@ def test_zero_gpu_reserves_time_for_the_whole_batch():
     assert gpu_seconds(12) == 32
     assert gpu_seconds(12, batch_size=4) == 20 + 48
     assert gpu_seconds(50, batch_size=8) == 300  # capped
+
+
+# Through the game's actions -----------------------------------------------------------------
+
+
+def test_8_players_pressing_play_at_once_share_one_batch_and_keep_their_own_games(
+    preview_engine, caplog
+):
+    """Eight players' turns through `TurnActions.play`, as the app's events call it: one
+    batch, every game holds exactly its own turn, with its own seed and clip."""
+    ui = GameUI(preview_engine, load_registry(), batching=BatchSettings(8, 5.0))
+    players = [ui.new_player() for _ in range(8)]
+    updates: list[object] = [None] * 8
+    start = threading.Barrier(8)
+
+    def press(index: int) -> None:
+        start.wait()
+        fields = {**QIQI_FIELDS, "motion": MOTIONS[index % len(MOTIONS)]}
+        updates[index] = ui.turns.play(players[index], fields, "", str(index + 1))
+
+    caplog.set_level(logging.INFO, logger="animegamer.serving.batching")
+    threads = [threading.Thread(target=press, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert "played 8 turns of Qiqi in one batch" in caplog.text
+    clips = set()
+    for index, (player, update) in enumerate(zip(players, updates, strict=True)):
+        (turn,) = update.player.session.turns
+        assert update.player.session.session_id == player.session.session_id
+        assert turn.seed == index + 1
+        assert turn.instruction.motion == MOTIONS[index % len(MOTIONS)]
+        clips.add(Path(turn.clip_path).read_bytes())
+        assert player.session.turns == ()
+    assert len(clips) == 8
