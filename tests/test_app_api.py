@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,29 @@ def test_two_clients_play_independent_games(served_app):
     switched = second.predict("Sosuke", api_name="/character")
     assert switched[0]["character"] == "Sosuke" and switched[0]["turns"] == 0
     assert first.predict(api_name="/undo")[0]["character"] == "Qiqi"
+
+
+def test_players_pressing_play_together_each_get_their_own_turn(served_app):
+    """Six clients press Play at the same instant: the server lets them in together (its turn
+    queue holds a batch) and each game holds exactly its own turn, with its own seed."""
+    clients = [Client(served_app, verbose=False) for _ in range(6)]
+    start = threading.Barrier(len(clients))
+    summaries: list[dict] = [{} for _ in clients]
+
+    def press(index: int) -> None:
+        start.wait()
+        summaries[index] = play(clients[index], seed=str(100 + index))[0]
+
+    threads = [threading.Thread(target=press, args=(i,)) for i in range(len(clients))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert [(s["turns"], s["last_turn"]["seed"]) for s in summaries] == [
+        (1, 100 + index) for index in range(len(clients))
+    ]
+    for client in clients:
+        client.predict(api_name="/restart")
 
 
 def test_errors_reach_the_client_and_keep_the_game(served_app):

@@ -307,3 +307,34 @@ def test_8_players_pressing_play_at_once_share_one_batch_and_keep_their_own_game
         clips.add(Path(turn.clip_path).read_bytes())
         assert player.session.turns == ()
     assert len(clips) == 8
+
+
+class SlowBatches:
+    """The preview engine, its batches held for `seconds` first."""
+
+    def __init__(self, engine, seconds: float) -> None:
+        self.engine, self.seconds = engine, seconds
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def play_batch(self, requests, num_inference_steps=None):
+        time.sleep(self.seconds)
+        return self.engine.play_batch(requests, num_inference_steps)
+
+
+def test_a_player_waiting_behind_another_turn_sees_the_queue_then_the_turn(preview_engine):
+    """One turn at a time: the second player's progress first says where the turn stands
+    (1 turn ahead; the first batch's measured time as the estimate), then the turn's stages."""
+    ui = GameUI(SlowBatches(preview_engine, 0.6), load_registry(),
+                batching=BatchSettings(1, 0.0))
+    ui.turns.play(ui.new_player(), QIQI_FIELDS, "", "1")  # times one batch
+    seen: list[str] = []
+    first = threading.Thread(target=ui.turns.play, args=(ui.new_player(), QIQI_FIELDS, "", "2"))
+    first.start()
+    time.sleep(0.2)
+    ui.turns.play(ui.new_player(), QIQI_FIELDS, "", "3",
+                  lambda fraction, desc=None: seen.append(desc or ""))
+    first.join(10)
+    assert seen[0].startswith("Waiting for 1 turn ahead of yours · about ")
+    assert any(text.startswith("Imagining the next moment") for text in seen[1:])
