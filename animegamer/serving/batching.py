@@ -217,7 +217,8 @@ class TurnBatcher:
         if self._running:
             running_left = max(0.0, batch_s - (self._clock() - self._batch_started))
         batches_ahead = math.floor(index / self.settings.max_batch_size)
-        return QueuePlace(ahead, round(running_left + batches_ahead * batch_s, 1))
+        # whole seconds: the place is shown again only when it changes
+        return QueuePlace(ahead, float(round(running_left + batches_ahead * batch_s)))
 
     def _run(self, batch: list[_Ticket], leader: _Ticket) -> None:
         """Play the batch in the leader's thread (which reports its own turn's progress as it
