@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from animegamer.game.representation import REPRESENTATION_TOKENS  # noqa: E402
-from animegamer.models.transformers.transformer_animegamer import (  # noqa: E402
+from animegamer.game.representation import REPRESENTATION_TOKENS
+from animegamer.models.transformers.transformer_animegamer import (
     AnimeGamerTransformer3DModel,
 )
 
