@@ -27,7 +27,7 @@ def dataset(tmp_path_factory):
 
 
 def test_training_lowers_the_reconstruction_error_and_saves_a_loadable_vae(dataset, tmp_path):
-    recipe = VaeRecipe(steps=20, train_frames=9, **TINY)
+    recipe = VaeRecipe(steps=20, train_frames=9, train_crop=(32, 48), **TINY)
     clip = moving_square(3, 64, 96, (200, 60, 40))
     before = reconstruction_error(build_vae(recipe, 64, 96).eval(), clip)
     vae = train_vae([dataset], tmp_path / "vae", recipe)
