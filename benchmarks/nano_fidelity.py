@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from nano_vae import through_mp4, write_strip
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,9 +51,7 @@ from animegamer.nano.scene import WIDTH, render_background
 from animegamer.nano.vocabulary import ADVERBS, MOTIONS, PLACES, TIMES
 from animegamer.serving.settings import Settings
 from animegamer.serving.stand_ins import create_nano_engine
-from animegamer.video.writer import write_mp4
 
-STRIP_FRAMES = (0, 8, 16)
 MOVING = ("walk", "run", "fly")
 """Motions whose sprite travels: the movement ratio is measured on these."""
 SIZE_RANGE = (0.5, 2.0)
@@ -81,10 +79,6 @@ def instructions(character: str, count: int, rng: random.Random) -> list[Instruc
         })
         for _ in range(count)
     ]
-
-
-def through_mp4(frames: np.ndarray, folder: Path) -> np.ndarray:
-    return read_clip(write_mp4(frames, folder / "world.mp4"))
 
 
 def measure(scores: Scores, instruction: Instruction, nano: np.ndarray, world: np.ndarray,
@@ -118,15 +112,6 @@ def report(name: str, scores: Scores) -> None:
           f"{within:.0%} within [0.5, 2] · movement {movement} · character read "
           f"{statistics.mean(scores.character_read):.0%} · turn "
           f"{statistics.median(scores.turn_s) if scores.turn_s else float('nan'):.2f} s")
-
-
-def write_strip(pairs: list[tuple[np.ndarray, np.ndarray]], path: Path, scale: int = 3) -> None:
-    rows = [np.concatenate([frames[i] for i in STRIP_FRAMES], axis=1)
-            for pair in pairs for frames in pair]
-    image = Image.fromarray(np.concatenate(rows, axis=0))
-    image = image.resize((image.width * scale, image.height * scale), Image.NEAREST)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path)
 
 
 def main() -> None:

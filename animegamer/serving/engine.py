@@ -284,10 +284,9 @@ class TurnEngine:
             self._predict(models, request) for request in requests
         ]
         planned = [outcome for outcome in outcomes if isinstance(outcome, _PlannedTurn)]
-        clips = dict(zip(map(id, planned), self._render_all(models, planned, steps),
-                         strict=True))
+        clips = iter(self._render_all(models, planned, steps))  # in the order of `planned`
         return [
-            self._land(models, outcome, clips[id(outcome)])
+            self._land(models, outcome, next(clips))
             if isinstance(outcome, _PlannedTurn) else outcome
             for outcome in outcomes
         ]
