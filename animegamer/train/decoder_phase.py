@@ -113,6 +113,7 @@ def tiny_training_pipeline(
                   noise_correlation=sizes.noise_correlation,
                   reference_channels=sizes.reference_channels,
                   sample_height=height, sample_width=width, patch_size=sizes.patch_size,
+                  patch_size_t=sizes.patch_size_t,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
     with torch.random.fork_rng(devices=[]):

@@ -113,6 +113,8 @@ class TinyInit(_Section):
     patch_size: int = Field(default=2, gt=0)
     """Latent pixels per token side; the latent's size follows from the VAE (its sample size
     over its spatial compression) and must be a multiple of it."""
+    patch_size_t: int | None = Field(default=None, gt=0)
+    """Latent frames per token (CogVideoX 1.5's temporal patch); None: one, as in the release."""
     motion_scope_scale: float = Field(default=1.0, gt=0)
     """The transformer's `motion_scope_scale`: the motion scope's factor before its sinusoid."""
     noise_correlation: float = Field(default=0.0, ge=0, lt=1)

@@ -13,7 +13,7 @@ import torch
 # The classes come from their defining modules: to a type checker, diffusers' top-level names
 # are its placeholder classes for a missing torch (the same objects at run time either way).
 from diffusers.configuration_utils import register_to_config
-from diffusers.models.embeddings import TimestepEmbedding, Timesteps
+from diffusers.models.embeddings import CogVideoXPatchEmbed, TimestepEmbedding, Timesteps
 from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from diffusers.models.modeling_utils import ModelMixin  # noqa: F401  (see the class's doc)
 from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
@@ -45,6 +45,22 @@ class PerShotLinear(nn.Linear):
         return exact.to(input.dtype)
 
 
+class TemporalPatchEmbed(CogVideoXPatchEmbed):
+    """CogVideoX's patch embedding whose sinusoidal positions count token frames, not latent
+    frames, when a token spans `patch_size_t` of them. The stock class pairs `patch_size_t`
+    (CogVideoX 1.5) with rotary positions only; its sinusoidal table would hold a row per
+    latent frame and no longer match the tokens."""
+
+    def _get_positional_embeddings(self, sample_height: int, sample_width: int,
+                                   sample_frames: int, device: torch.device | None = None
+                                   ) -> torch.Tensor:
+        ratio, frames_per_token = self.temporal_compression_ratio, self.patch_size_t or 1
+        token_frames = -(-((sample_frames - 1) // ratio + 1) // frames_per_token)
+        return super()._get_positional_embeddings(
+            sample_height, sample_width, (token_frames - 1) * ratio + 1, device
+        )
+
+
 class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
     """CogVideoX-2B with AnimeGamer's conditioning.
 
@@ -74,6 +90,10 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
       is the first). Joint attention alone has to learn which of the 196 tokens lies where in
       the latent; a model trained from scratch on a CPU does not learn that in its budget and
       paints an average scene (docs/nano-experiments.md). The release's is 0.
+    * `patch_size_t` (the release's is None) makes a token span that many latent frames, as in
+      CogVideoX 1.5, with sinusoidal positions per token frame (`TemporalPatchEmbed`); a clip
+      whose latent frames are not a multiple of it is padded in front with copies of its first
+      frame, whose outputs are dropped.
 
     The config holds this class's arguments only: the parent's own (`text_embed_dim`, ...)
     follow from them and are left out through `ignore_for_config`. `ModelMixin` is imported
@@ -159,6 +179,11 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         self.reference_proj = (
             nn.Linear(inner_dim, reference_channels) if reference_channels else None
         )
+        if patch_size_t is not None:
+            embed = self.patch_embed
+            embed.__class__ = TemporalPatchEmbed
+            table = embed._get_positional_embeddings(sample_height, sample_width, sample_frames)
+            embed.register_buffer("pos_embedding", table, persistent=False)
         per_shot: list[Any] = [self.time_embedding, self.ofs_embedding, self.norm_out]
         for block in self.transformer_blocks:
             per_shot += [block.norm1, block.norm2]
@@ -202,8 +227,14 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
             frames, _, height, width = hidden_states.shape[1:]
             reference = self.spatial_reference(encoder_hidden_states, frames, height, width)
             hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
-        return super().forward(hidden_states, encoder_hidden_states, timestep, timestep_cond,
-                               ofs, image_rotary_emb, attention_kwargs, return_dict)
+        padding = -hidden_states.shape[1] % (self.config.patch_size_t or 1)
+        if padding:
+            first = hidden_states[:, :1].expand(-1, padding, -1, -1, -1)
+            hidden_states = torch.cat([first, hidden_states], dim=1)
+        output = super().forward(hidden_states, encoder_hidden_states, timestep, timestep_cond,
+                                 ofs, image_rotary_emb, attention_kwargs, return_dict=False)[0]
+        output = output[:, padding:]
+        return Transformer2DModelOutput(sample=output) if return_dict else (output,)
 
 
 def is_tensor_subclass(tensor: torch.Tensor) -> bool:
