@@ -17,6 +17,7 @@ from animegamer.models.transformers.transformer_animegamer import (
     AnimeGamerTransformer3DModel,
     motion_scope,
 )
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 from animegamer.pipelines.animegamer.pipeline_animegamer import (
     AnimeGamerPipeline,
     write_model_index,
@@ -82,14 +83,22 @@ def test_save_pretrained_round_trip(tiny_model, tmp_path):
     torch.testing.assert_close(_run(loaded, 5.0), _run(tiny_model, 5.0), rtol=0, atol=0)
 
 
-def test_the_config_holds_the_subclass_arguments_only():
+@pytest.mark.parametrize(("kind", "aids"), [(AnimeGamerTransformer3DModel, {}),
+                                           (NanoTransformer3DModel, {"reference_channels": 8})])
+def test_the_config_holds_the_subclass_arguments_only(kind: type, aids: dict[str, int]):
     """The parent's __init__ runs through `super()` and records its own arguments too; the
     config keeps exactly this class's, with the input channels before the spatial reference's."""
-    model = AnimeGamerTransformer3DModel(**{**tiny_transformer_config(64), "reference_channels": 8})
-    arguments = set(inspect.signature(AnimeGamerTransformer3DModel.__init__).parameters) - {"self"}
+    model = kind(**{**tiny_transformer_config(64), **aids})
+    arguments = set(inspect.signature(kind.__init__).parameters) - {"self"}
     assert set(_public(model.config)) == arguments
     assert model.config.in_channels == 16
-    assert model.patch_embed.proj.in_channels == 16 + 8
+    assert model.patch_embed.proj.in_channels == 16 + aids.get("reference_channels", 0)
+
+
+def test_the_release_class_carries_none_of_nanos_aids():
+    release = set(inspect.signature(AnimeGamerTransformer3DModel.__init__).parameters)
+    nano = set(inspect.signature(NanoTransformer3DModel.__init__).parameters)
+    assert nano - release == {"motion_scope_scale", "noise_correlation", "reference_channels"}
 
 
 def test_motion_scope_table():
@@ -161,6 +170,26 @@ def test_pipeline_save_pretrained_round_trip(tmp_path):
     np.testing.assert_array_equal(*frames)
 
 
+def test_a_nano_transformer_is_named_in_the_index_and_loads_as_itself(tmp_path):
+    """A folder whose transformer is Nano's names that class in `model_index.json`, whether
+    diffusers or `write_model_index` writes it, and loads back with its aids."""
+    pipeline = tiny_pipeline(seed=3)
+    config = {**_public(pipeline.transformer.config), "noise_correlation": 0.5,
+              "reference_channels": 2}
+    pipeline.transformer = NanoTransformer3DModel(**config)
+    pipeline.save_pretrained(tmp_path / "saved")
+    index = json.loads((tmp_path / "saved" / "model_index.json").read_text())
+    assert index["transformer"] == [
+        "animegamer.models.transformers.transformer_nano", "NanoTransformer3DModel"
+    ]
+    pipeline.transformer.save_pretrained(tmp_path / "written" / "transformer")
+    assert json.loads(write_model_index(tmp_path / "written").read_text()) == index
+    loaded = AnimeGamerPipeline.from_pretrained(tmp_path / "saved")
+    assert type(loaded.transformer) is NanoTransformer3DModel
+    assert loaded.noise_prior.correlation == 0.5
+    assert loaded.transformer.reference_proj is not None
+
+
 def test_pipeline_loads_in_half_precision(tmp_path):
     save_tiny_decoder(tmp_path)
     pipeline = AnimeGamerPipeline.from_pretrained(tmp_path, dtype=torch.float16)
@@ -178,13 +207,13 @@ def _channels_apart(model: AnimeGamerTransformer3DModel, low: float, high: float
 
 def test_motion_scope_scale_multiplies_the_scope_before_its_sinusoid(tiny_model, tmp_path):
     config = tiny_transformer_config(64)
-    scaled = AnimeGamerTransformer3DModel(**{**config, "motion_scope_scale": 100.0}).eval()
+    scaled = NanoTransformer3DModel(**{**config, "motion_scope_scale": 100.0}).eval()
     scaled.load_state_dict(tiny_model.state_dict())
     torch.testing.assert_close(_run(scaled, 0.05), _run(tiny_model, 5.0), rtol=0, atol=1e-6)
-    assert tiny_model.config.motion_scope_scale == 1.0  # the release's conditioning
+    assert tiny_model.ofs_proj.scale == 1  # the release's conditioning
     # a world's scopes of 1..7: scaled, their sinusoids differ in many more channels
     assert _channels_apart(scaled, 1.1, 6.7) > 2 * _channels_apart(tiny_model, 1.1, 6.7)
     scaled.save_pretrained(tmp_path)
-    assert AnimeGamerTransformer3DModel.from_pretrained(tmp_path).ofs_proj.scale == 100.0
+    assert NanoTransformer3DModel.from_pretrained(tmp_path).ofs_proj.scale == 100.0
     with pytest.raises(ValueError, match="motion_scope_scale"):
-        AnimeGamerTransformer3DModel(**{**config, "motion_scope_scale": 0.0})
+        NanoTransformer3DModel(**{**config, "motion_scope_scale": 0.0})

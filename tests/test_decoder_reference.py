@@ -11,15 +11,16 @@ import torch
 from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
 from animegamer.models.tiny_decoder import tiny_transformer_config
 from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 
 GRID = math.isqrt(IMAGE_TOKENS)
 FRAMES, CHANNELS, HEIGHT, WIDTH = 5, 16, 8, 12
 
 
-def _model(reference_channels: int) -> AnimeGamerTransformer3DModel:
+def _model(reference_channels: int) -> NanoTransformer3DModel:
     torch.manual_seed(0)
     config = {**tiny_transformer_config(64), "reference_channels": reference_channels}
-    return AnimeGamerTransformer3DModel(**config).eval()
+    return NanoTransformer3DModel(**config).eval()
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,7 +29,7 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
     return latents, torch.randn(2, REPRESENTATION_TOKENS, 64, generator=generator)
 
 
-def _run(model: AnimeGamerTransformer3DModel, latents: torch.Tensor,
+def _run(model: NanoTransformer3DModel, latents: torch.Tensor,
          representation: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return model(latents, representation, timestep=torch.tensor([500, 500]),
@@ -40,6 +41,9 @@ def _image_token(row: int, column: int) -> int:
 
 
 def test_the_release_has_no_reference() -> None:
+    release = AnimeGamerTransformer3DModel(**tiny_transformer_config(64))
+    assert not hasattr(release, "reference_proj") and "reference_channels" not in release.config
+    assert release.patch_embed.proj.in_channels == CHANNELS
     model = _model(0)
     assert model.reference_proj is None
     assert model.patch_embed.proj.in_channels == CHANNELS
@@ -53,7 +57,7 @@ def test_the_reference_adds_input_channels_and_keeps_the_output_shape(tmp_path) 
     output = _run(model, latents, representation)
     assert output.shape == latents.shape
     model.save_pretrained(tmp_path)
-    loaded = AnimeGamerTransformer3DModel.from_pretrained(tmp_path).eval()
+    loaded = NanoTransformer3DModel.from_pretrained(tmp_path).eval()
     assert loaded.config.reference_channels == 3
     torch.testing.assert_close(_run(loaded, latents, representation), output, rtol=0, atol=0)
 
@@ -92,7 +96,7 @@ def test_the_first_frames_image_tokens_reach_the_network_through_the_reference()
          if not k.startswith(("reference_proj", "patch_embed.proj.weight"))}, strict=False)
     without.patch_embed.proj.weight.data = with_reference.patch_embed.proj.weight[:, :CHANNELS]
 
-    def output_change(model: AnimeGamerTransformer3DModel) -> float:
+    def output_change(model: NanoTransformer3DModel) -> float:
         change = _run(model, latents, bumped) - _run(model, latents, representation)
         return float(change.abs().mean())
 

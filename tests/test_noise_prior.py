@@ -9,7 +9,7 @@ from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 
 from animegamer.models.noise_prior import FrameCorrelatedNoise
 from animegamer.models.tiny_decoder import tiny_transformer_config
-from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.pipelines.animegamer.tiny import tiny_pipeline
@@ -71,7 +71,7 @@ def test_a_correlation_outside_0_to_1_is_refused(rho: float) -> None:
     with pytest.raises(ValueError, match="noise correlation must be in"):
         FrameCorrelatedNoise(rho)
     with pytest.raises(ValueError, match="noise correlation must be in"):
-        AnimeGamerTransformer3DModel(**tiny_transformer_config(64), noise_correlation=rho)
+        NanoTransformer3DModel(**tiny_transformer_config(64), noise_correlation=rho)
     with pytest.raises(ValueError, match="noise_correlation"):
         TinyInit(noise_correlation=rho)
 

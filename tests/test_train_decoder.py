@@ -18,6 +18,8 @@ from animegamer.data.dataset import read_rows, write_splits
 from animegamer.data.features import tiny_feature_extractor, write_features
 from animegamer.data.flow import MotionLevels
 from animegamer.data.layout import clip_path, features_path
+from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.train import decoder_model, decoder_phase
@@ -31,7 +33,14 @@ from animegamer.train.decoder_samples import (
     vae_fingerprint,
 )
 from animegamer.train.loop import losses_path, lr_scheduler, read_losses
-from animegamer.train.recipe import CfgDropout, LoraSettings, RecipeError, TinyInit, load_recipe
+from animegamer.train.recipe import (
+    RELEASE_AIDS,
+    CfgDropout,
+    LoraSettings,
+    RecipeError,
+    TinyInit,
+    load_recipe,
+)
 from animegamer.video.writer import write_mp4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -165,12 +174,16 @@ def test_the_recipe_sets_the_transformers_conditioning(
     built: Callable[[AnimeGamerPipeline], float | None],
 ) -> None:
     """A `decoder.init.tiny` field reaches the transformer's config and the model built from
-    it; left out, the release's value."""
+    it; left out, the release's transformer does as the release does. Any of Nano's aids makes
+    the transformer a Nano one."""
     levels = levels_of(dataset)
     default = decoder_phase.tiny_training_pipeline(TinyInit(), 32, 32, levels)
     chosen = decoder_phase.tiny_training_pipeline(TinyInit(**{field: value}), 32, 32, levels)
-    assert default.transformer.config[field] == built(default) == release
+    assert type(default.transformer) is AnimeGamerTransformer3DModel
+    assert built(default) == release
     assert chosen.transformer.config[field] == built(chosen) == value
+    is_aid = field in RELEASE_AIDS
+    assert isinstance(chosen.transformer, NanoTransformer3DModel) == is_aid
 
 
 def test_the_recipe_refuses_a_motion_scope_scale_of_zero() -> None:

@@ -89,8 +89,9 @@ def set_trainable(model: ConditionedDecoder, stage: Stage, full: bool = False) -
         for name, parameter in model.transformer.named_parameters():
             if ".lora_A." in name or ".lora_B." in name:
                 parameter.requires_grad_(True)
-        if model.transformer.reference_proj is not None:
-            model.transformer.reference_proj.requires_grad_(True)
+        reference_proj = getattr(model.transformer, "reference_proj", None)  # a Nano aid
+        if reference_proj is not None:
+            reference_proj.requires_grad_(True)
             model.transformer.patch_embed.proj.requires_grad_(True)
 
 

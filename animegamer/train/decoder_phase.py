@@ -33,6 +33,7 @@ from animegamer.data.flow import MotionLevels
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.sampling import scheduler_config
 from animegamer.train.decoder_model import (
@@ -98,7 +99,8 @@ def train_rows(dataset: Path) -> list[dict[str, Any]]:
 def tiny_training_pipeline(
     sizes: TinyInit, text_width: int, image_width: int, levels: MotionLevels
 ) -> AnimeGamerPipeline:
-    """Fresh random tiny models: a transformer of `sizes`, `tiny_vae()` (or the trained VAE at
+    """Fresh random tiny models: a transformer of `sizes` (a `NanoTransformer3DModel` when they
+    set its aids), `tiny_vae()` (or the trained VAE at
     `sizes.vae`, whose latent channels, size and frames the transformer takes), a shot encoder
     from the dataset's feature widths."""
     config = tiny_transformer_config(sizes.representation_dim)
@@ -108,17 +110,15 @@ def tiny_training_pipeline(
         raise TrainError(f"a {height}x{width} latent is not a whole number of "
                          f"{sizes.patch_size}-patches")
     channels = int(vae_config.get("latent_channels", 16))
-    config.update(num_layers=sizes.num_layers, motion_scopes=list(levels.values),
-                  motion_scope_scale=sizes.motion_scope_scale,
-                  noise_correlation=sizes.noise_correlation,
-                  reference_channels=sizes.reference_channels,
-                  sample_height=height, sample_width=width, patch_size=sizes.patch_size,
-                  patch_size_t=sizes.patch_size_t,
+    config.update(sizes.nano_aids, num_layers=sizes.num_layers,
+                  motion_scopes=list(levels.values), sample_height=height, sample_width=width,
+                  patch_size=sizes.patch_size, patch_size_t=sizes.patch_size_t,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
-        transformer = AnimeGamerTransformer3DModel(**config)
+        kind = NanoTransformer3DModel if sizes.nano_aids else AnimeGamerTransformer3DModel
+        transformer = kind(**config)
         vae = AutoencoderKLCogVideoX.from_pretrained(sizes.vae) if sizes.vae else tiny_vae()
         encoder = AnimeGamerShotEncoder(
             text_width=text_width, image_width=image_width, width=sizes.representation_dim

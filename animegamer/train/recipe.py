@@ -128,6 +128,21 @@ class TinyInit(_Section):
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
     it trained (OUT/vae) when the recipe has a `vae` section."""
 
+    @property
+    def nano_aids(self) -> dict[str, float | int]:
+        """The three aids of `NanoTransformer3DModel` when any differs from the release (the
+        transformer is then a Nano one); empty when none does."""
+        aids = {"motion_scope_scale": self.motion_scope_scale,
+                "noise_correlation": self.noise_correlation,
+                "reference_channels": self.reference_channels}
+        return aids if aids != RELEASE_AIDS else {}
+
+
+RELEASE_AIDS: dict[str, float | int] = {
+    "motion_scope_scale": 1.0, "noise_correlation": 0.0, "reference_channels": 0,
+}
+"""What the release's transformer does, in `NanoTransformer3DModel`'s terms."""
+
 
 class DecoderInit(_Section):
     """Where phase a starts: an existing pipeline/character folder (it must hold a

@@ -3,7 +3,6 @@ model's representation and a motion scope (docs/design.md §4), and its motion-s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from numbers import Integral
 from typing import Any
@@ -19,9 +18,8 @@ from diffusers.models.modeling_utils import ModelMixin  # noqa: F401  (see the c
 from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
 from torch import nn
 
-from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.models.decoder_defaults import DEFAULT_LATENT_SIZE, DEFAULT_SAMPLE_FRAMES
-from animegamer.models.noise_prior import FrameCorrelatedNoise
 
 DEFAULT_MOTION_SCOPES: tuple[float, ...] = (0.5, 1.0, 5.0, 20.0, 40.0)
 """The released demo's table: motion level ML 1..5 → motion-scope value."""
@@ -74,22 +72,9 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
     * `uncond_representation` [226, inner_dim] is the unconditional row of the CFG batch, a
       constant of the released weights.
     * `motion_scopes` (config) maps motion level 1..5 to the scope value fed as `ofs`.
-    * `motion_scope_scale` multiplies the scope before its sinusoid. The release's is 1 (its
-      scopes span 0.5–40). A world whose scopes span 1–7 sets it to ~100, so they spread over
-      the frequencies as timesteps 0–999 do; at 1 only the few fastest channels tell 1 from 7.
-    * `noise_correlation` is the correlation over frames of the diffusion noise the model was
-      trained on (`FrameCorrelatedNoise`); the release's is 0, independent noise.
     * The per-shot layers (the timestep and motion-scope embeddings, the blocks' modulations)
       run one shot at a time (`PerShotLinear`), so a shot renders to the same numbers alone or
       in a batch of other players' shots.
-    * `reference_channels` > 0 adds a spatial reference, as CogVideoX's image-to-video model
-      concatenates an image's latent to the noisy one: the representation's image tokens (the
-      first frame's 14×14 patch grid) are projected to that many channels, resized to the
-      latent's height and width and given to every latent frame as extra input channels (the
-      background stays where the first frame has it; the positional embedding says which frame
-      is the first). Joint attention alone has to learn which of the 196 tokens lies where in
-      the latent; a model trained from scratch on a CPU does not learn that in its budget and
-      paints an average scene (docs/nano-experiments.md). The release's is 0.
     * `patch_size_t` (the release's is None) makes a token span that many latent frames, as in
       CogVideoX 1.5, with sinusoidal positions per token frame (`TemporalPatchEmbed`); a clip
       whose latent frames are not a multiple of it is padded in front with copies of its first
@@ -131,22 +116,14 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         spatial_interpolation_scale: float = 1.875,
         temporal_interpolation_scale: float = 1.0,
         motion_scopes: Sequence[float] = DEFAULT_MOTION_SCOPES,
-        motion_scope_scale: float = 1.0,
-        noise_correlation: float = 0.0,
-        reference_channels: int = 0,
     ):
-        FrameCorrelatedNoise(noise_correlation)  # checks its range
-        if reference_channels < 0:
-            raise ValueError(f"reference_channels must be at least 0, got {reference_channels}")
-        if motion_scope_scale <= 0:
-            raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
         if len(motion_scopes) != 5 or any(float(v) <= 0 for v in motion_scopes):
             raise ValueError(f"motion_scopes needs 5 positive values, got {list(motion_scopes)}")
         inner_dim = num_attention_heads * attention_head_dim
         super().__init__(
             num_attention_heads=num_attention_heads,
             attention_head_dim=attention_head_dim,
-            in_channels=in_channels + reference_channels,
+            in_channels=in_channels,
             out_channels=out_channels,
             time_embed_dim=time_embed_dim,
             text_embed_dim=inner_dim,
@@ -162,22 +139,13 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
             spatial_interpolation_scale=spatial_interpolation_scale,
             temporal_interpolation_scale=temporal_interpolation_scale,
         )
-        # The parent's __init__ recorded the channels it reads, the reference's included.
-        self.register_to_config(in_channels=in_channels)
         # diffusers declares the text projection a Linear; here it is deliberately the identity.
         self.patch_embed.text_proj = nn.Identity()  # type: ignore[assignment]
         self.norm_out.norm.eps = final_norm_eps
-        # `Timesteps` annotates `scale` as int; it only multiplies the sinusoid's arguments
-        self.ofs_proj = Timesteps(
-            inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0,
-            scale=motion_scope_scale,  # type: ignore[arg-type]
-        )
+        self.ofs_proj = Timesteps(inner_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
         self.ofs_embedding = TimestepEmbedding(inner_dim, time_embed_dim, "silu")
         self.register_buffer(
             "uncond_representation", torch.zeros(max_text_seq_length, inner_dim), persistent=True
-        )
-        self.reference_proj = (
-            nn.Linear(inner_dim, reference_channels) if reference_channels else None
         )
         if patch_size_t is not None:
             embed = self.patch_embed
@@ -192,19 +160,6 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
                 if type(layer) is nn.Linear:
                     layer.__class__ = PerShotLinear
 
-    def spatial_reference(self, encoder_hidden_states: torch.Tensor, frames: int, height: int,
-                          width: int) -> torch.Tensor:
-        """[B, frames, reference_channels, height, width]: the image tokens' projection laid on
-        their 14×14 grid and resized to the latent, the same in every frame."""
-        assert self.reference_proj is not None
-        batch = encoder_hidden_states.shape[0]
-        side = math.isqrt(IMAGE_TOKENS)
-        grid = self.reference_proj(encoder_hidden_states[:, TEXT_TOKENS:])
-        grid = grid.transpose(1, 2).reshape(batch, -1, side, side)
-        reference = nn.functional.interpolate(grid, size=(height, width), mode="bilinear",
-                                              align_corners=False)
-        return reference[:, None].expand(batch, frames, *reference.shape[1:])
-
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -217,17 +172,13 @@ class AnimeGamerTransformer3DModel(CogVideoXTransformer3DModel):
         return_dict: bool = True,
     ) -> tuple[torch.Tensor] | Transformer2DModelOutput:
         """The parent's forward, with `ofs` repeated over the batch's copies of its shots and
-        the spatial reference concatenated to the latent's channels when the model has one."""
+        the clip padded to whole temporal patches."""
         batch = hidden_states.shape[0]
         if isinstance(ofs, torch.Tensor) and ofs.ndim == 1 and ofs.shape[0] != batch:
             if batch % ofs.shape[0]:
                 raise ValueError(f"ofs has {ofs.shape[0]} values for a batch of {batch}")
             ofs = ofs.repeat(batch // ofs.shape[0])
-        if self.reference_proj is not None:
-            frames, _, height, width = hidden_states.shape[1:]
-            reference = self.spatial_reference(encoder_hidden_states, frames, height, width)
-            hidden_states = torch.cat([hidden_states, reference.to(hidden_states.dtype)], dim=2)
-        padding = -hidden_states.shape[1] % (self.config.patch_size_t or 1)
+        padding = -hidden_states.shape[1] % (self.patch_embed.patch_size_t or 1)
         if padding:
             first = hidden_states[:, :1].expand(-1, padding, -1, -1, -1)
             hidden_states = torch.cat([first, hidden_states], dim=1)

@@ -43,6 +43,7 @@ from animegamer.models.transformers.transformer_animegamer import (
     is_int,
     motion_scope,
 )
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 from animegamer.pipelines.animegamer.pipeline_output import AnimeGamerPipelineOutput
 from animegamer.pipelines.animegamer.sampling import PredictFn, sample_latents
 
@@ -256,8 +257,9 @@ class AnimeGamerPipeline(DiffusionPipeline):
 
     @property
     def noise_prior(self) -> FrameCorrelatedNoise:
-        """The diffusion noise the transformer was trained on, and is sampled with."""
-        return FrameCorrelatedNoise(self.transformer.config.noise_correlation)
+        """The diffusion noise the transformer was trained on, and is sampled with: independent
+        for the release's transformer, correlated over frames for a Nano one that says so."""
+        return FrameCorrelatedNoise(getattr(self.transformer.config, "noise_correlation", 0.0))
 
     def predict_fn(
         self, representation: torch.Tensor, scopes: Sequence[float], device: torch.device
@@ -458,6 +460,21 @@ _PIPELINE_COMPONENTS: dict[str, type] = {
 }
 """The components a character folder holds (the towers come from their own repos)."""
 
+_TRANSFORMER_CLASSES: dict[str, type] = {
+    cls.__name__: cls for cls in (AnimeGamerTransformer3DModel, NanoTransformer3DModel)
+}
+"""The transformer classes a folder's `transformer/config.json` may name."""
+
+
+def _component_class(out: Path, name: str) -> type:
+    """The class of component `name` in `out`: the transformer's is the one its saved config
+    names (the release's or Nano's), the others' are fixed."""
+    config = out / name / "config.json"
+    if name != "transformer" or not config.is_file():
+        return _PIPELINE_COMPONENTS[name]
+    saved = json.loads(config.read_text(encoding="utf-8")).get("_class_name")
+    return _TRANSFORMER_CLASSES.get(saved, AnimeGamerTransformer3DModel)
+
 
 def _library(cls: type) -> str:
     """A component's library as `model_index.json` names it: `diffusers` for its classes, the
@@ -477,8 +494,9 @@ def write_model_index(out: str | Path) -> Path:
     }
     for name in AnimeGamerPipeline._optional_components:
         index[name] = [None, None]
-    for name, cls in _PIPELINE_COMPONENTS.items():
+    for name in _PIPELINE_COMPONENTS:
         if name not in AnimeGamerPipeline._optional_components or (Path(out) / name).is_dir():
+            cls = _component_class(Path(out), name)
             index[name] = [_library(cls), cls.__name__]
     target = Path(out) / AnimeGamerPipeline.config_name
     target.parent.mkdir(parents=True, exist_ok=True)
