@@ -1,5 +1,6 @@
 """What a finer token grid costs a Nano turn: the decoder's render time on random weights at
-Nano's sizes, for each VAE latent (channels, spatial and temporal compression) and patch size.
+Nano's sizes, for each VAE latent (channels, spatial and temporal compression) and patch size
+(latent pixels a side, and latent frames a token spans: `patch_size_t`).
 
 Random weights are as fast as trained ones, so this measures the grid before anything is
 trained; the shot encoder and the game-state model (tens of milliseconds a turn) are left out.
@@ -29,30 +30,31 @@ from animegamer.train.recipe import TinyInit, VaeRecipe
 from animegamer.train.vae import build_vae
 
 GRIDS = (
-    # (label, VAE levels' widths, latent channels, temporal compression, patch size)
-    ("shipped: 4 ch, 4x, patch 4", (16, 32, 64), 4, 1, 4),
-    ("16 ch, 4x, patch 4", (16, 32, 64), 16, 1, 4),
-    ("16 ch, 4x, patch 2", (16, 32, 64), 16, 1, 2),
-    ("16 ch, 4x, 2x time, patch 2", (16, 32, 64), 16, 2, 2),
-    ("16 ch, 8x, patch 1", (16, 32, 64, 64), 16, 1, 1),
+    # (label, VAE levels' widths, latent channels, temporal compression, patch, patch_t)
+    ("v15: 4 ch, 4x, patch 4", (16, 32, 64), 4, 1, 4, None),
+    ("16 ch, 4x, patch 4", (16, 32, 64), 16, 1, 4, None),
+    ("16 ch, 4x, patch 2", (16, 32, 64), 16, 1, 2, None),
+    ("16 ch, 4x, 2x time, patch 2", (16, 32, 64), 16, 2, 2, None),
+    ("v16: 16 ch, 4x, patch 2, 2 frames", (16, 32, 64), 16, 1, 2, 2),
+    ("16 ch, 8x, patch 1", (16, 32, 64, 64), 16, 1, 1, None),
 )
 REPRESENTATION_DIM = 128
 LEVELS = MotionLevels(boundaries=(1.0, 2.0, 3.0, 4.0), values=(0.5, 1.5, 2.5, 3.5, 4.5))
 
 
 def render_seconds(levels: tuple[int, ...], channels: int, temporal: int, patch: int,
-                   steps: int, repeats: int) -> tuple[float, int]:
+                   patch_t: int | None, steps: int, repeats: int) -> tuple[float, int]:
     """Median seconds of one 12-step render (batch 1, guidance on) and tokens per clip."""
     recipe = VaeRecipe(block_out_channels=levels, latent_channels=channels,
                        temporal_compression=temporal, norm_num_groups=8, train_frames=5)
     with tempfile.TemporaryDirectory() as folder:
         build_vae(recipe, HEIGHT, WIDTH).save_pretrained(folder)
         init = TinyInit(representation_dim=REPRESENTATION_DIM, num_layers=4, patch_size=patch,
-                        vae=Path(folder))
+                        patch_size_t=patch_t, vae=Path(folder))
         pipeline = tiny_training_pipeline(init, 64, 64, LEVELS)
     pipeline.set_progress_bar_config(disable=True)
     config = pipeline.transformer.config
-    frames = (DEFAULT_SAMPLE_FRAMES - 1) // temporal + 1
+    frames = -(-((DEFAULT_SAMPLE_FRAMES - 1) // temporal + 1) // (patch_t or 1))
     tokens = frames * (config.sample_height // patch) * (config.sample_width // patch)
     representation = torch.randn(1, REPRESENTATION_TOKENS, REPRESENTATION_DIM)
     times = []
@@ -73,12 +75,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    print(f"{'grid':32} {'tokens/clip':>11} {'s/render':>9}  ({args.steps} steps, "
+    print(f"{'grid':34} {'tokens/clip':>11} {'s/render':>9}  ({args.steps} steps, "
           f"{args.threads} threads)")
-    for label, levels, channels, temporal, patch in GRIDS:
-        seconds, tokens = render_seconds(levels, channels, temporal, patch, args.steps,
+    for label, levels, channels, temporal, patch, patch_t in GRIDS:
+        seconds, tokens = render_seconds(levels, channels, temporal, patch, patch_t, args.steps,
                                          args.repeats)
-        print(f"{label:32} {tokens:>11} {seconds:>9.2f}", flush=True)
+        print(f"{label:34} {tokens:>11} {seconds:>9.2f}", flush=True)
 
 
 if __name__ == "__main__":
