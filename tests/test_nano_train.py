@@ -4,6 +4,7 @@ Nano world, one model set per character sharing the world's VAE."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,12 +16,14 @@ from animegamer.characters.conversion.character import (
     vae_folder,
 )
 from animegamer.characters.conversion.errors import ConversionError
+from animegamer.data import layout
 from animegamer.data.dataset import read_rows
 from animegamer.game.rules import make_instruction, new_session
 from animegamer.nano import NANO_WORLD, make_world
 from animegamer.nano import __main__ as nano_cli
 from animegamer.serving.settings import Settings
 from animegamer.serving.stand_ins import create_nano_engine
+from animegamer.train import run as train_run
 from animegamer.train.vae import STEPS_FILE
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -100,6 +103,28 @@ def test_bad_world_and_train_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert nano_cli.main(["train", "--dataset", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     assert "no character dataset" in capsys.readouterr().err
     assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+def test_train_with_a_trained_vae_gives_it_to_every_character_and_trains_none(tmp_path,
+                                                                            monkeypatch, capsys):
+    for key in ("qiqi", "sosuke"):
+        (tmp_path / "world" / key).mkdir(parents=True)
+        (tmp_path / "world" / key / layout.REPORT).write_text("{}")
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "config.json").write_text("{}")
+    given: dict[str, Path] = {}
+
+    def fake_train(recipe, dataset, out, phases, options, say):
+        given[Path(dataset).name] = options.vae
+
+    monkeypatch.setattr(train_run, "train", fake_train)
+    monkeypatch.setattr(make_world, "train_world_vae", lambda *a, **k: pytest.fail("trained"))
+    assert nano_cli.main(["train", "--dataset", str(tmp_path / "world"), "--out",
+                          str(tmp_path / "run"), "--vae", str(tmp_path / "vae")]) == 0
+    assert given == {"qiqi": tmp_path / "vae", "sosuke": tmp_path / "vae"}
+    assert nano_cli.main(["train", "--dataset", str(tmp_path / "world"), "--out",
+                          str(tmp_path / "run"), "--vae", str(tmp_path / "world")]) == 2
+    assert "not a VAE folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path", [make_world.NANO_RECIPE, make_world.QUICK_RECIPE])

@@ -3,13 +3,14 @@
     python -m animegamer.nano world --out DATASETS [--shots N] [--seed S] [--episode-length L]
         [--characters Qiqi Sosuke] [--tower-steps N]
     python -m animegamer.nano train --dataset DATASETS --out RUN [--quick | --recipe R] [--resume]
-        [--install]
+        [--vae FOLDER] [--install]
     python -m animegamer.nano vae --dataset DATASETS --out FOLDER [--recipe R]
         [--start-from FOLDER] [--steps N]
 
 `world` renders one dataset per character, DATASETS/<character>/ (N shots each, in the data
 pipeline's format). `train` trains one model set per character, as the release has one per
-film: the world's VAE once on every character's clips (RUN/vae/), then each character's phases
+film: the world's VAE once on every character's clips (RUN/vae/; `--vae` takes a trained one
+instead, e.g. the committed folder that `vae` sittings made), then each character's phases
 a, b, c on its own dataset only (`animegamer.train.train` with `recipes/nano.yaml`, into
 RUN/<character>/). `--install` puts the trained folders where the app plays them without a GPU:
 `assets/nano/vae/` once, and `assets/nano/<character>/`, whose manifest names the shared VAE
@@ -63,6 +64,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--quick", action="store_true",
                        help="recipes/nano-quick.yaml: the same path in about a minute (tests)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    train.add_argument("--vae", type=Path, default=None,
+                       help="a trained VAE folder of the recipe's architecture to use instead of "
+                            "training the recipe's `vae` section (e.g. assets/nano/vae)")
     train.add_argument("--install", action="store_true",
                        help=f"copy the trained characters to {DEFAULT_NANO_DIR} for the app")
     add_verbose_flag(train)
@@ -115,7 +119,7 @@ def run_train(args: argparse.Namespace) -> int:
     from animegamer.nano.make_world import NANO_RECIPE, QUICK_RECIPE, train_world
 
     recipe = args.recipe or (QUICK_RECIPE if args.quick else NANO_RECIPE)
-    trained = train_world(args.dataset, args.out, recipe, args.resume,
+    trained = train_world(args.dataset, args.out, recipe, args.resume, vae=args.vae,
                           install_to=DEFAULT_NANO_DIR if args.install else None)
     if trained.installed is not None:
         print(f"installed: {trained.installed} ({', '.join(trained.characters)}; the app plays "

@@ -118,16 +118,19 @@ def character_datasets(folder: Path) -> dict[str, Path]:
 
 def train_world(
     dataset: Path, out: Path, recipe: Path = NANO_RECIPE, resume: bool = False,
-    install_to: Path | None = None, say: Callable[[str], None] = print,
+    install_to: Path | None = None, say: Callable[[str], None] = print, vae: Path | None = None,
 ) -> NanoTraining:
-    """Train the world's VAE, then each character of the `build_datasets` folder `dataset`
-    (see the module doc); with `install_to` (the app's: `DEFAULT_NANO_DIR`), install them
-    there. Raises `DataError`, `ConversionError` or one of `animegamer.train`'s
-    `TRAINING_ERRORS`."""
+    """Train the world's VAE (or take the trained one at `vae`), then each character of the
+    `build_datasets` folder `dataset` (see the module doc); with `install_to` (the app's:
+    `DEFAULT_NANO_DIR`), install them there. Raises `DataError`, `ConversionError` or one of
+    `animegamer.train`'s `TRAINING_ERRORS`."""
     from animegamer.train.run import CHARACTER, TrainOptions, train
 
     datasets = character_datasets(dataset)
-    result = NanoTraining(train_world_vae(list(datasets.values()), out, recipe, resume, say))
+    if vae is not None and not (Path(vae) / "config.json").is_file():
+        raise DataError(f"--vae {vae}: not a VAE folder (no config.json)")
+    trained = vae or train_world_vae(list(datasets.values()), out, recipe, resume, say)
+    result = NanoTraining(Path(trained))
     for key, folder in datasets.items():
         say(f"nano train: {key}")
         options = TrainOptions(resume=resume, vae=result.vae, word_lists=nano_word_lists())
