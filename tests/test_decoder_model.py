@@ -18,10 +18,8 @@ from animegamer.models.transformers.transformer_animegamer import (
     motion_scope,
 )
 from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
-from animegamer.pipelines.animegamer.pipeline_animegamer import (
-    AnimeGamerPipeline,
-    write_model_index,
-)
+from animegamer.pipelines.animegamer.model_index import write_model_index
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.tiny import save_tiny_decoder, tiny_pipeline
 
 

@@ -23,7 +23,7 @@ from animegamer.models.game_state_defaults import (
     RESAMPLERS_NAME,
     TOKENIZER_FOLDER,
 )
-from animegamer.pipelines.animegamer.pipeline_animegamer import write_model_index
+from animegamer.pipelines.animegamer.model_index import write_model_index
 
 GAME_STATE_PARTS = (LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER, GAME_STATE_CONFIG_NAME)
 DECODER_PARTS = ("transformer", "vae", "scheduler", "shot_encoder")

@@ -39,7 +39,7 @@ from animegamer.models.transformers.transformer_animegamer import (
     DEFAULT_MOTION_SCOPES,
     AnimeGamerTransformer3DModel,
 )
-from animegamer.pipelines.animegamer.pipeline_animegamer import write_model_index
+from animegamer.pipelines.animegamer.model_index import write_model_index
 from animegamer.pipelines.animegamer.sampling import save_scheduler
 
 LAYERNORM_EPS = 1e-5
