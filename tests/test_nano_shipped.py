@@ -6,6 +6,8 @@ The character and the motion are reported by the evaluation, not asserted here (
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,17 @@ def test_a_turn_of_each_character_is_in_the_asked_place_and_time(
     assert frames.shape == (17, 64, 96, 3)
     agreement = probe_agreement(NanoProbes().probe(frames), instruction)
     assert agreement["time"] and agreement["place"], agreement
+
+
+def test_a_fresh_interpreter_loads_the_shipped_transformer_as_nanos_class() -> None:
+    """diffusers loads a component's class only from a module already imported: importing the
+    pipeline is enough for a folder that names Nano's transformer (no test import hides it)."""
+    code = ("import sys; from animegamer.serving.loading import load_character_models; "
+            "from animegamer.serving.devices import CPU_PLACEMENT; from pathlib import Path; "
+            "models = load_character_models(Path(sys.argv[1]), CPU_PLACEMENT); "
+            "print(type(models.decoder.transformer).__name__)")
+    done = subprocess.run([sys.executable, "-c", code, str(DEFAULT_NANO_DIR / "qiqi")],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "NanoTransformer3DModel"

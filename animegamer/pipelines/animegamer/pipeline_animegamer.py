@@ -35,6 +35,10 @@ from animegamer.models.shot_encoder import (
     image_features,
     text_features,
 )
+
+# diffusers loads a component only from a module already imported: a Nano folder's transformer
+# names transformer_nano's class, so loading this pipeline imports it.
+from animegamer.models.transformers import transformer_nano  # noqa: F401
 from animegamer.models.transformers.transformer_animegamer import (
     AnimeGamerTransformer3DModel,
     is_int,
