@@ -17,7 +17,9 @@ issue's measures, Nano against the world through mp4 (the ceiling):
 `--strip PNG` writes the world over Nano, frames 0/8/16, for the first clips, 3× enlarged.
 
     .venv/bin/python benchmarks/nano_fidelity.py [--nano-dir assets/nano] [--turns 12]
-        [--seed 2026] [--strip docs/images/nano-fidelity.png]
+        [--seed 2026] [--guidance G] [--strip docs/images/nano-fidelity.png]
+
+`--guidance` is the classifier-free guidance's `g` (default: what the app plays Nano at).
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=12, help="instructions per character")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--guidance", type=float, default=Settings().nano_guidance)
     parser.add_argument("--strip", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -129,6 +132,7 @@ def main() -> None:
     every = Scores()
     with tempfile.TemporaryDirectory() as folder:
         engine = create_nano_engine(Settings(engine="nano", nano_dir=args.nano_dir,
+                                             nano_guidance=args.guidance,
                                              output_dir=Path(folder) / "clips"))
         for character in ("Qiqi", "Sosuke"):
             scores = Scores()

@@ -83,6 +83,13 @@ def test_a_turn_of_each_character_is_in_the_asked_place_and_time(
     assert agreement["time"] and agreement["place"], agreement
 
 
+def test_nano_plays_at_its_own_guidance_not_the_releases(engine: TurnEngine) -> None:
+    """Nano's decoders draw the scene closer at guidance 1 than at the release's 6
+    (docs/nano.md); the real decoder's setting is not Nano's."""
+    assert engine.guidance_scale == Settings().nano_guidance == 1.0
+    assert Settings().guidance_scale == 6.0
+
+
 def test_a_fresh_interpreter_loads_the_shipped_transformer_as_nanos_class() -> None:
     """diffusers loads a component's class only from a module already imported: importing the
     pipeline is enough for a folder that names Nano's transformer (no test import hides it)."""

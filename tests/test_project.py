@@ -70,6 +70,8 @@ def test_settings_come_from_the_environment():
     nano = Settings.from_env({"ANIMEGAMER_ENGINE": "nano", "ANIMEGAMER_NANO_STEPS": "16",
                               "ANIMEGAMER_NANO_DIR": "/tmp/nano"})
     assert (nano.engine, nano.nano_steps, nano.nano_dir) == ("nano", 16, Path("/tmp/nano"))
+    guided = Settings.from_env({"ANIMEGAMER_NANO_GUIDANCE": "2.5"})
+    assert (guided.nano_guidance, guided.guidance_scale) == (2.5, 6.0)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +83,7 @@ def test_settings_come_from_the_environment():
         ("ANIMEGAMER_STEPS", "0", "ANIMEGAMER_STEPS must be in 1..200"),
         ("ANIMEGAMER_NANO_STEPS", "201", "ANIMEGAMER_NANO_STEPS must be in 1..200"),
         ("ANIMEGAMER_GUIDANCE", "x", "ANIMEGAMER_GUIDANCE must be a number"),
+        ("ANIMEGAMER_NANO_GUIDANCE", "0.5", "ANIMEGAMER_NANO_GUIDANCE must be in 1..20"),
         ("ANIMEGAMER_LOW_VRAM", "maybe", "ANIMEGAMER_LOW_VRAM must be one of"),
     ],
 )

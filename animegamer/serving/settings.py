@@ -68,7 +68,10 @@ class Settings:
     `steps` / `nano_steps` / `preview_steps`: diffusion steps of the real, the Nano and the
     preview decoder. Nano's 12 keep a turn under 2 s on 2 CPU cores; on its held-out turns
     the world probes read the same at 12 as at 20 steps (docs/nano.md). `nano_dir`: the Nano world's
-    character folders (one per character, `create_nano_engine`).
+    character folders (one per character, `create_nano_engine`). `guidance_scale` /
+    `nano_guidance`: the classifier-free guidance's `g` of the real decoder (the release's 6)
+    and of Nano's, whose clips draw the scene closer and the figure smaller at 1
+    (`benchmarks/nano_fidelity.py`, docs/nano.md).
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
     `zero_gpu`: running on a ZeroGPU Space (set by the platform); `space_id`: the Space's
     `owner/name` when running on Hugging Face Spaces (`SPACE_ID`, set by the platform).
@@ -91,6 +94,7 @@ class Settings:
     preview_steps: int = 8
     nano_dir: Path = DEFAULT_NANO_DIR
     guidance_scale: float = DEFAULT_GUIDANCE
+    nano_guidance: float = 1.0
     low_vram: str = "auto"
     registry_path: Path = DEFAULT_REGISTRY
     output_dir: Path = Path(tempfile.gettempdir()) / "animegamer"
@@ -126,6 +130,7 @@ class Settings:
             preview_steps=_int(env, "ANIMEGAMER_PREVIEW_STEPS", defaults.preview_steps),
             nano_dir=Path(env.get("ANIMEGAMER_NANO_DIR") or defaults.nano_dir),
             guidance_scale=_float(env, "ANIMEGAMER_GUIDANCE", defaults.guidance_scale),
+            nano_guidance=_float(env, "ANIMEGAMER_NANO_GUIDANCE", defaults.nano_guidance),
             low_vram=env.get("ANIMEGAMER_LOW_VRAM", defaults.low_vram).strip().lower(),
             registry_path=Path(env.get("ANIMEGAMER_CHARACTERS", str(defaults.registry_path))),
             output_dir=Path(env.get("ANIMEGAMER_OUTPUT_DIR") or defaults.output_dir),
@@ -172,8 +177,10 @@ class Settings:
             raise SettingsError(f"ANIMEGAMER_MAX_BATCH must be in 1..{MAX_BATCH}: {self.max_batch}")
         if not 0.0 <= self.batch_wait_s <= 5.0:
             raise SettingsError(f"ANIMEGAMER_BATCH_WAIT_S must be in 0..5: {self.batch_wait_s}")
-        if not 1.0 <= self.guidance_scale <= 20.0:
-            raise SettingsError(f"ANIMEGAMER_GUIDANCE must be in 1..20: {self.guidance_scale}")
+        for name, guidance in (("ANIMEGAMER_GUIDANCE", self.guidance_scale),
+                               ("ANIMEGAMER_NANO_GUIDANCE", self.nano_guidance)):
+            if not 1.0 <= guidance <= 20.0:
+                raise SettingsError(f"{name} must be in 1..20: {guidance}")
 
 
 def _engine_kind(value: str) -> EngineKind:

@@ -51,7 +51,7 @@ def create_preview_engine(
         )
     engine = _cpu_engine(
         lambda character, placement: models, EngineKind.PREVIEW, settings.preview_steps,
-        settings, notice, clips,
+        settings.guidance_scale, settings, notice, clips,
     )
     engine.representation_dim = models.game_state.representation_dim
     engine.weights, engine.origin = "tiny untrained models", EngineKind.PREVIEW.value
@@ -78,7 +78,8 @@ def create_nano_engine(
         )
 
     engine = _cpu_engine(
-        load, EngineKind.NANO, settings.nano_steps, settings, notice, clips, closed_vocabulary()
+        load, EngineKind.NANO, settings.nano_steps, settings.nano_guidance, settings, notice, clips,
+        closed_vocabulary(),
     )
     for character in folders:
         engine.load(character)
@@ -104,6 +105,7 @@ def _cpu_engine(
     load: CharacterModelsLoader,
     kind: EngineKind,
     steps: int,
+    guidance_scale: float,
     settings: Settings,
     notice: str,
     clips: ClipStore | None,
@@ -114,7 +116,7 @@ def _cpu_engine(
         kind=kind,
         placement=dataclasses.replace(CPU_PLACEMENT, resident_characters=SHARED_MODELS_CHARACTERS),
         num_inference_steps=steps,
-        guidance_scale=settings.guidance_scale,
+        guidance_scale=guidance_scale,
         clips=clips or ClipStore(settings.output_dir),
         notice=notice,
         live_preview=settings.live_preview,
