@@ -7,8 +7,9 @@ import math
 
 import pytest
 import torch
+from tiny_transformer import run_transformer, transformer_inputs
 
-from animegamer.game.representation import IMAGE_TOKENS, REPRESENTATION_TOKENS, TEXT_TOKENS
+from animegamer.game.representation import IMAGE_TOKENS, TEXT_TOKENS
 from animegamer.models.tiny_decoder import tiny_transformer_config
 from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
 from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
@@ -24,16 +25,7 @@ def _model(reference_channels: int) -> NanoTransformer3DModel:
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)
-    latents = torch.randn(2, FRAMES, CHANNELS, HEIGHT, WIDTH, generator=generator)
-    return latents, torch.randn(2, REPRESENTATION_TOKENS, 64, generator=generator)
-
-
-def _run(model: NanoTransformer3DModel, latents: torch.Tensor,
-         representation: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return model(latents, representation, timestep=torch.tensor([500, 500]),
-                     ofs=torch.tensor([1.0, 1.0]), return_dict=False)[0]
+    return transformer_inputs(FRAMES, CHANNELS, HEIGHT, WIDTH)
 
 
 def _image_token(row: int, column: int) -> int:
@@ -54,12 +46,13 @@ def test_the_reference_adds_input_channels_and_keeps_the_output_shape(tmp_path) 
     assert model.patch_embed.proj.in_channels == CHANNELS + 3
     assert model.config.in_channels == CHANNELS  # the latent's channels, as the pipeline reads
     latents, representation = _inputs()
-    output = _run(model, latents, representation)
+    output = run_transformer(model, latents, representation)
     assert output.shape == latents.shape
     model.save_pretrained(tmp_path)
     loaded = NanoTransformer3DModel.from_pretrained(tmp_path).eval()
     assert loaded.config.reference_channels == 3
-    torch.testing.assert_close(_run(loaded, latents, representation), output, rtol=0, atol=0)
+    torch.testing.assert_close(run_transformer(loaded, latents, representation), output,
+                               rtol=0, atol=0)
 
 
 def test_the_reference_lies_where_its_token_lies_in_every_frame() -> None:
@@ -97,7 +90,8 @@ def test_the_first_frames_image_tokens_reach_the_network_through_the_reference()
     without.patch_embed.proj.weight.data = with_reference.patch_embed.proj.weight[:, :CHANNELS]
 
     def output_change(model: NanoTransformer3DModel) -> float:
-        change = _run(model, latents, bumped) - _run(model, latents, representation)
+        change = (run_transformer(model, latents, bumped)
+                  - run_transformer(model, latents, representation))
         return float(change.abs().mean())
 
     assert output_change(with_reference) > 1.5 * output_change(without)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from diffusers.models.embeddings import get_3d_sincos_pos_embed
-from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXTransformer3DModel
+from tiny_transformer import run_transformer, transformer_inputs
 
 from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.models.tiny_decoder import tiny_transformer_config
@@ -26,22 +26,13 @@ def _model(patch_size_t: int | None, frames: int = 17) -> AnimeGamerTransformer3
 
 
 def _inputs(frames: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)
-    latents = torch.randn(2, frames, CHANNELS, HEIGHT, WIDTH, generator=generator)
-    return latents, torch.randn(2, REPRESENTATION_TOKENS, 64, generator=generator)
-
-
-def _run(model: CogVideoXTransformer3DModel, latents: torch.Tensor,
-         representation: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return model(latents, representation, timestep=torch.tensor([500, 500]),
-                     ofs=torch.tensor([1.0, 1.0]), return_dict=False)[0]
+    return transformer_inputs(frames, CHANNELS, HEIGHT, WIDTH)
 
 
 @pytest.mark.parametrize("frames", [17, 4, 1])
 def test_a_clip_comes_back_with_its_own_frames(frames: int) -> None:
     latents, representation = _inputs(frames)
-    output = _run(_model(2, frames), latents, representation)
+    output = run_transformer(_model(2, frames), latents, representation)
     assert output.shape == latents.shape
     assert torch.isfinite(output).all()
 
@@ -50,8 +41,8 @@ def test_an_odd_clip_is_the_even_clip_led_by_its_first_frame_minus_that_frame() 
     model = _model(2)
     latents, representation = _inputs(17)
     padded = torch.cat([latents[:, :1], latents], dim=1)
-    plain = _run(model, padded, representation)  # 18 frames: no padding of its own
-    torch.testing.assert_close(_run(model, latents, representation), plain[:, 1:])
+    plain = run_transformer(model, padded, representation)  # 18 frames: no padding of its own
+    torch.testing.assert_close(run_transformer(model, latents, representation), plain[:, 1:])
 
 
 def test_the_positions_count_token_frames() -> None:
@@ -85,5 +76,5 @@ def test_temporal_patches_survive_saving(tmp_path) -> None:
     model.save_pretrained(tmp_path)
     loaded = AnimeGamerTransformer3DModel.from_pretrained(tmp_path).eval()
     assert loaded.config.patch_size_t == 2
-    torch.testing.assert_close(_run(loaded, latents, representation),
-                               _run(model, latents, representation), rtol=0, atol=0)
+    torch.testing.assert_close(run_transformer(loaded, latents, representation),
+                               run_transformer(model, latents, representation), rtol=0, atol=0)

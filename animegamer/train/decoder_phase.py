@@ -100,9 +100,8 @@ def tiny_training_pipeline(
     sizes: TinyInit, text_width: int, image_width: int, levels: MotionLevels
 ) -> AnimeGamerPipeline:
     """Fresh random tiny models: a transformer of `sizes` (a `NanoTransformer3DModel` when they
-    set its aids), `tiny_vae()` (or the trained VAE at
-    `sizes.vae`, whose latent channels, size and frames the transformer takes), a shot encoder
-    from the dataset's feature widths."""
+    set its aids), `tiny_vae()` (or the trained VAE at `sizes.vae`, whose latent channels, size
+    and frames the transformer takes), a shot encoder from the dataset's feature widths."""
     config = tiny_transformer_config(sizes.representation_dim)
     vae_config = AutoencoderKLCogVideoX.load_config(sizes.vae) if sizes.vae else {}
     height, width = latent_size(vae_config) if sizes.vae else TINY_LATENT_SIZE
@@ -110,14 +109,15 @@ def tiny_training_pipeline(
         raise TrainError(f"a {height}x{width} latent is not a whole number of "
                          f"{sizes.patch_size}-patches")
     channels = int(vae_config.get("latent_channels", 16))
-    config.update(sizes.nano_aids, num_layers=sizes.num_layers,
+    aids = sizes.nano_aids
+    config.update(aids, num_layers=sizes.num_layers,
                   motion_scopes=list(levels.values), sample_height=height, sample_width=width,
                   patch_size=sizes.patch_size, patch_size_t=sizes.patch_size_t,
                   in_channels=channels, out_channels=channels,
                   temporal_compression_ratio=int(vae_config.get("temporal_compression_ratio", 4)))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
-        kind = NanoTransformer3DModel if sizes.nano_aids else AnimeGamerTransformer3DModel
+        kind = NanoTransformer3DModel if aids else AnimeGamerTransformer3DModel
         transformer = kind(**config)
         vae = AutoencoderKLCogVideoX.from_pretrained(sizes.vae) if sizes.vae else tiny_vae()
         encoder = AnimeGamerShotEncoder(
