@@ -40,6 +40,7 @@ from animegamer.game.rules import INSTRUCTION_FIELDS, make_instruction
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE
 from animegamer.models.game_state import GameStateModel
 from animegamer.nano.probes import PROBES, NanoProbes
+from animegamer.nano.renderer import world_scene
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.train.game_state_phase import shot_representations, target_representations
 from animegamer.train.windows import EpisodeWindow, episodes
@@ -107,6 +108,7 @@ def main() -> None:
     if pipeline.shot_encoder is None:
         sys.exit(f"{args.models} has no shot_encoder/")
     pipeline.set_progress_bar_config(disable=True)
+    drawn_on_scenes = bool(getattr(pipeline.transformer.config, "scene_channels", 0))
     probes = NanoProbes()
     windows = windows_of(rows, all_rows, args.window)
     shots = list({row["shot_id"]: row for w in windows for row in w.rows}.values())
@@ -121,6 +123,7 @@ def main() -> None:
                 condition[None], motion_level=int(row["motion_level"]),
                 num_inference_steps=args.steps, guidance_scale=args.guidance,
                 generator=torch.Generator("cpu").manual_seed(args.seed + index),
+                scene=[world_scene(row["time"], row["place"])] if drawn_on_scenes else None,
             )
             (clip,) = output.frames
             acc, mae = level_errors(levels.level(motion_scope(clip)), int(row["motion_level"]))

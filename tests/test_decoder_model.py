@@ -96,7 +96,8 @@ def test_the_config_holds_the_subclass_arguments_only(kind: type, aids: dict[str
 def test_the_release_class_carries_none_of_nanos_aids():
     release = set(inspect.signature(AnimeGamerTransformer3DModel.__init__).parameters)
     nano = set(inspect.signature(NanoTransformer3DModel.__init__).parameters)
-    assert nano - release == {"motion_scope_scale", "noise_correlation", "reference_channels"}
+    assert nano - release == {"motion_scope_scale", "noise_correlation", "reference_channels",
+                             "scene_channels"}
 
 
 def test_motion_scope_table():

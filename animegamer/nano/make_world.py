@@ -124,6 +124,7 @@ def train_world(
     `build_datasets` folder `dataset` (see the module doc); with `install_to` (the app's:
     `DEFAULT_NANO_DIR`), install them there. Raises `DataError`, `ConversionError` or one of
     `animegamer.train`'s `TRAINING_ERRORS`."""
+    from animegamer.nano.renderer import world_scene
     from animegamer.train.run import CHARACTER, TrainOptions, train
 
     datasets = character_datasets(dataset)
@@ -133,7 +134,8 @@ def train_world(
     result = NanoTraining(Path(trained))
     for key, folder in datasets.items():
         say(f"nano train: {key}")
-        options = TrainOptions(resume=resume, vae=result.vae, word_lists=nano_word_lists())
+        options = TrainOptions(resume=resume, vae=result.vae, word_lists=nano_word_lists(),
+                               scenes=world_scene)
         train(recipe, folder, out / key, "all", options, say=say)
         result.characters[key] = out / key / CHARACTER
     if install_to is not None:

@@ -86,6 +86,19 @@ def lookup(instruction: Instruction) -> tuple[MotionSpec, AdverbSpec, TimeSpec, 
     return found  # type: ignore[return-value]
 
 
+def world_scene(time: str, place: str) -> np.ndarray:
+    """The Nano world's `SceneSource` (`animegamer.models.scene_latent`): the background it
+    paints for a time of day and a place word, nobody in it; ValueError naming a word it does
+    not know."""
+    time_spec, place_spec = NANO_VOCABULARY.time(time), NANO_VOCABULARY.place(place)
+    for name, word, spec in (("time", time, time_spec), ("place", place, place_spec)):
+        if spec is None:
+            raise ValueError(f"the Nano world does not know the {name} {word!r}; it knows "
+                             f"{', '.join(getattr(NANO_VOCABULARY, name + 's'))}")
+    assert time_spec is not None and place_spec is not None
+    return render_background(place_spec, time_spec)
+
+
 def _limbs(motion: MotionSpec, adverb: AdverbSpec, phase: float, airborne: bool) -> dict[str, Any]:
     """Pose fields of one frame of an animation at `phase` (radians)."""
     amp, wave = adverb.amplitude, math.sin(phase)

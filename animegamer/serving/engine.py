@@ -36,6 +36,7 @@ from animegamer.game.rules import (
 )
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.latent_preview import ClipPreview, LatentPreview, LatentPreviewCallback
+from animegamer.models.scene_latent import SceneSource
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.pipeline_output import AnimeGamerPipelineOutput
 from animegamer.serving.clips import ClipStore
@@ -58,12 +59,14 @@ class CharacterModelsLoader(Protocol):
 
 @dataclass
 class CharacterModels:
-    """The two networks that play one character, and the decoder's live-preview map (None
-    when live previews are off)."""
+    """The two networks that play one character, the decoder's live-preview map (None when
+    live previews are off), and the world's scenes for a decoder that draws on them (None for
+    one that does not)."""
 
     game_state: GameStateModel
     decoder: AnimeGamerPipeline
     preview: LatentPreview | None = None
+    scenes: SceneSource | None = None
 
 
 @dataclass(frozen=True)
@@ -387,6 +390,7 @@ class TurnEngine:
             return tensors
 
         levels = [effective_motion_level(turn.states.ml) for turn in turns]
+        scenes = models.scenes
         output = models.decoder(
             [turn.representation for turn in turns],
             motion_level=levels,
@@ -396,6 +400,10 @@ class TurnEngine:
             callback_on_step_end=on_step_end,
             callback_on_step_end_tensor_inputs=[
                 "latents", *(["pred_original_sample"] if previews else [])
+            ],
+            scene=None if scenes is None else [
+                scenes(turn.request.instruction.time, turn.request.instruction.place)
+                for turn in turns
             ],
         )
         assert isinstance(output, AnimeGamerPipelineOutput)  # return_dict=True

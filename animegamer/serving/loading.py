@@ -9,6 +9,7 @@ from pathlib import Path
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.game_state import GameStateModel
 from animegamer.models.latent_preview import LatentPreview
+from animegamer.models.scene_latent import SceneSource
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.tiny import save_tiny_decoder
@@ -59,7 +60,26 @@ def load_character_models(
     elif placement.load_device != placement.storage_device:
         # transformers wraps `.to` in a decorator whose stub mypy reads as unbound
         game_state.to(placement.storage_device)  # type: ignore[arg-type]
-    return CharacterModels(game_state=game_state, decoder=decoder, preview=preview)
+    return CharacterModels(game_state=game_state, decoder=decoder, preview=preview,
+                           scenes=world_scenes(directory, decoder))
+
+
+def world_scenes(directory: Path, decoder: AnimeGamerPipeline) -> SceneSource | None:
+    """The backgrounds of the world the folder's manifest names, for a decoder that draws on
+    them (`scene_channels`); None for one that does not. `EngineError` when the folder's
+    world paints no scenes."""
+    from animegamer.characters.conversion.character import WORLD_KEY, read_manifest
+    from animegamer.nano import NANO_WORLD
+
+    if not getattr(decoder.transformer.config, "scene_channels", 0):
+        return None
+    world = read_manifest(directory).get(WORLD_KEY)
+    if world != NANO_WORLD:
+        raise EngineError(f"{directory}: its decoder draws on a world's scenes, and its "
+                          f"manifest names no world that paints them (world: {world!r})")
+    from animegamer.nano.renderer import world_scene
+
+    return world_scene
 
 
 def build_preview_directory(directory: Path, seed: int = 0) -> Path:

@@ -49,8 +49,10 @@ class ConditionedDecoder(nn.Module):
         text_features: torch.Tensor | None = None,
         image_features: torch.Tensor | None = None,
         representation: torch.Tensor | None = None,
+        scene: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The transformer's v-prediction [B, T, C, H, W] for noisy latents [B, T, C, H, W]."""
+        """The transformer's v-prediction [B, T, C, H, W] for noisy latents [B, T, C, H, W]
+        (with `scene`, a Nano transformer's: of the clip's difference from that latent)."""
         if representation is None:
             if self.shot_encoder is None or text_features is None or image_features is None:
                 raise ValueError("give a representation, or features and a shot encoder")
@@ -61,6 +63,7 @@ class ConditionedDecoder(nn.Module):
             timestep=timesteps,
             ofs=motion_scopes,
             return_dict=False,
+            **({} if scene is None else {"scene": scene}),
         )[0]
 
 
@@ -92,7 +95,9 @@ def set_trainable(model: ConditionedDecoder, stage: Stage, full: bool = False) -
         reference_proj = getattr(model.transformer, "reference_proj", None)  # a Nano aid
         if reference_proj is not None:
             reference_proj.requires_grad_(True)
-            model.transformer.patch_embed.proj.requires_grad_(True)
+        scene = bool(getattr(model.transformer.config, "scene_channels", 0))
+        if reference_proj is not None or scene:
+            model.transformer.patch_embed.proj.requires_grad_(True)  # reads the extra channels
 
 
 def trainable_names(module: nn.Module) -> list[str]:

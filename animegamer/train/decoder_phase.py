@@ -5,14 +5,15 @@ Phase a (`train_decoder`) has two stages. Warm-up trains the shot encoder (proje
 norms) and the transformer's motion-scope MLP (`ofs_embedding`); the rest of the transformer is
 frozen. Joint adds the adaLN modulation layers (`norm1.linear`, `norm2.linear` of every block,
 `norm_out.linear`) and a LoRA on the blocks' attention projections, and, for a transformer with a
-spatial reference (`reference_channels`), that reference's projection and the patch embedding
-that reads it. Phase c (`adapt`) freezes the shot encoder and the game-state model; the
-game-state model's prediction of each target shot (history teacher-forced) is the condition,
-and the motion-scope MLP, the adaLN layers, the spatial reference's layers and a new LoRA
-train. Both use CogVideoX's v-prediction loss with the pipeline's scheduler. The LoRA is
-merged before the pipeline is saved, with the shot encoder's unconditional representation and
-the dataset's motion-level values in the transformer, so play feeds what training saw. What
-trains in each stage, and the loss, are `animegamer.train.decoder_model`'s.
+spatial reference (`reference_channels`) or a scene (`scene_channels`), that reference's
+projection and the patch embedding that reads them. Phase c (`adapt`) freezes the shot encoder
+and the game-state model; the game-state model's prediction of each target shot (history
+teacher-forced) is the condition, and the motion-scope MLP, the adaLN layers, the spatial
+reference's layers and a new LoRA train. Both use CogVideoX's v-prediction loss with the
+pipeline's scheduler. The LoRA is merged before the pipeline is saved, with the shot encoder's
+unconditional representation and the dataset's motion-level values in the transformer, so play
+feeds what training saw. What trains in each stage, and the loss, are
+`animegamer.train.decoder_model`'s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch import nn
 
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels
+from animegamer.models.scene_latent import SceneSource
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.models.transformers.transformer_animegamer import AnimeGamerTransformer3DModel
@@ -51,6 +53,7 @@ from animegamer.train.decoder_samples import (
     draw_latents,
     levels_of,
     read_features,
+    scene_table,
 )
 from animegamer.train.loop import (
     LoopSettings,
@@ -267,9 +270,13 @@ class PhaseSetup:
         batch = {k: v.to(device) for k, v in collate(list(samples)).items()}
         scaling = float(self.pipeline.vae.config.scaling_factor)
         latents = draw_latents(batch["latent_mean"], batch["latent_std"], scaling, generator)
+        given = condition(batch, generator)
+        if "scene" in batch:  # the clip's difference from its scene (NanoTransformer3DModel)
+            latents = latents - batch["scene"][:, None]
+            given["scene"] = batch["scene"]
         return v_prediction_loss(
             wrapped, self.pipeline.scheduler, latents, batch["motion_scope"], generator,
-            self.settings.motion_weight, self.pipeline.noise_prior, **condition(batch, generator),
+            self.settings.motion_weight, self.pipeline.noise_prior, **given,
         )
 
 
@@ -282,9 +289,11 @@ def setup_phase(
     out: Path,
     make_pipeline: Callable[[list[dict[str, Any]], MotionLevels], AnimeGamerPipeline],
     span: tuple[bool, int | None, int],
+    scenes: SceneSource | None = None,
 ) -> PhaseSetup:
     """Phase a's or c's resume point, pipeline (`make_pipeline(rows, levels)`), latent cache
-    and loop settings; span = (resume, max_steps, the phase's total steps)."""
+    (and the scenes' latents, for a transformer that draws on them) and loop settings;
+    span = (resume, max_steps, the phase's total steps)."""
     resume, max_steps, total = span
     if shards_parameters(accelerator):
         raise TrainError(
@@ -297,6 +306,13 @@ def setup_phase(
     levels = levels_of(dataset)
     pipeline = make_pipeline(rows, levels)
     cache = cached_latents(accelerator, pipeline.vae, rows, dataset, out)
+    table = None
+    if getattr(pipeline.transformer.config, "scene_channels", 0):
+        if scenes is None:
+            raise TrainError(f"{phase}: this decoder draws on its world's scenes "
+                             "(scene_channels): train it with the world's own command "
+                             "(python -m animegamer.nano train)")
+        table = scene_table(pipeline.vae, rows, scenes)
     if recipe.gradient_checkpointing:
         pipeline.transformer.enable_gradient_checkpointing()
     loop = LoopSettings(
@@ -305,7 +321,7 @@ def setup_phase(
     )
     return PhaseSetup(
         phase, settings, recipe.seed, accelerator, out, pipeline, rows, levels,
-        ShotDataset(rows, dataset, cache, levels), loop, step, checkpoint,
+        ShotDataset(rows, dataset, cache, levels, table), loop, step, checkpoint,
         total if max_steps is None else min(total, max_steps), total,
     )
 
@@ -340,9 +356,11 @@ def train_decoder(
     accelerator: Accelerator,
     resume: bool = False,
     max_steps: int | None = None,
+    scenes: SceneSource | None = None,
 ) -> Path | None:
     """Phase a → the pipeline folder OUT/decoder, or None when `max_steps` stopped the run
-    first (its checkpoint is saved; `resume` continues)."""
+    first (its checkpoint is saved; `resume` continues). `scenes`: the world's backgrounds,
+    for a decoder that draws on them."""
     settings = recipe.decoder
     if settings is None:
         raise TrainError("the recipe has no 'decoder' section (phase a)")
@@ -350,7 +368,7 @@ def train_decoder(
     setup = setup_phase(
         DECODER, settings, recipe, accelerator, dataset, out,
         lambda rows, levels: initial_pipeline(init, dataset, rows, levels),
-        (resume, max_steps, settings.warmup_steps + settings.joint_steps),
+        (resume, max_steps, settings.warmup_steps + settings.joint_steps), scenes,
     )
     encoder = setup.pipeline.shot_encoder
     assert encoder is not None
@@ -418,6 +436,7 @@ def adapt(
     max_steps: int | None = None,
     game_state: Path | None = None,
     decoder: Path | None = None,
+    scenes: SceneSource | None = None,
 ) -> Path | None:
     """Phase c → the pipeline folder OUT/decoder_adapted (None when `max_steps` stopped the
     run first). The decoder comes from OUT/decoder and the game-state model from
@@ -430,7 +449,7 @@ def adapt(
     setup = setup_phase(
         ADAPT, settings, recipe, accelerator, dataset, out,
         lambda rows, levels: load_pipeline(decoder or out / DECODER),
-        (resume, max_steps, settings.steps),
+        (resume, max_steps, settings.steps), scenes,
     )
     transformer, encoder = setup.pipeline.transformer, setup.pipeline.shot_encoder
     assert encoder is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 from animegamer.data.flow import MotionLevels
 from animegamer.data.store import write_atomic
 from animegamer.models.cpu_conv import use_onednn_conv3d
+from animegamer.models.scene_latent import SceneSource, scene_latents
 
 CLIP_FRAMES = 17
 """Frames of a training clip (the VAE needs 4k + 1)."""
@@ -143,10 +144,24 @@ def draw_latents(
     return (mean + std * noise) * scaling_factor
 
 
+SceneKey = tuple[str, str]
+"""A scene by its (time, place)."""
+
+
+def scene_table(vae: Any, rows: Sequence[dict[str, Any]],
+                source: SceneSource) -> dict[SceneKey, torch.Tensor]:
+    """The scaled latent [C, h, w] (CPU) of every (time, place) the rows name, each encoded
+    once."""
+    keys = sorted({(str(row["time"]), str(row["place"])) for row in rows})
+    latents = scene_latents(vae, [source(time, place) for time, place in keys]).cpu()
+    return dict(zip(keys, latents, strict=True))
+
+
 class ShotDataset(Dataset):
     """Rows of a split → samples: `latent_mean`, `latent_std` [T, C, H, W], `text_features`
     [30, Wt], `image_features` [196, Wi], `motion_scope` (the level's representative value,
-    what play feeds for that level)."""
+    what play feeds for that level), and with `scenes` (`scene_table`) the `scene` latent its
+    row's time and place name."""
 
     def __init__(
         self,
@@ -154,11 +169,13 @@ class ShotDataset(Dataset):
         dataset: Path,
         cache: LatentCache,
         levels: MotionLevels,
+        scenes: Mapping[SceneKey, torch.Tensor] | None = None,
     ) -> None:
         self.rows = list(rows)
         self.dataset = dataset
         self.cache = cache
         self.levels = levels
+        self.scenes = scenes
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -168,13 +185,16 @@ class ShotDataset(Dataset):
         mean, std = self.cache.load(row)
         text, image = read_features(self.dataset, row)
         scope = self.levels.value(int(row["motion_level"]))
-        return {
+        sample = {
             "latent_mean": mean,
             "latent_std": std,
             "text_features": text,
             "image_features": image,
             "motion_scope": torch.tensor(scope, dtype=torch.float32),
         }
+        if self.scenes is not None:
+            sample["scene"] = self.scenes[(str(row["time"]), str(row["place"]))]
+        return sample
 
 
 def collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -123,6 +123,10 @@ class TinyInit(_Section):
     reference_channels: int = Field(default=0, ge=0)
     """The transformer's `reference_channels`: the channels of the spatial reference (the
     image tokens laid on every latent frame); 0 for none, as in the release."""
+    scene_channels: int = Field(default=0, ge=0)
+    """The transformer's `scene_channels`: the VAE's latent channels to draw each clip on the
+    latent of the background its instruction names (a world that paints its scenes: Nano);
+    0 for none, as in the release."""
     seed: int = 0
     vae: Path | None = None
     """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
@@ -130,16 +134,18 @@ class TinyInit(_Section):
 
     @property
     def nano_aids(self) -> dict[str, float | int]:
-        """The three aids of `NanoTransformer3DModel` when any differs from the release (the
+        """The aids of `NanoTransformer3DModel` when any differs from the release (the
         transformer is then a Nano one); empty when none does."""
         aids = {"motion_scope_scale": self.motion_scope_scale,
                 "noise_correlation": self.noise_correlation,
-                "reference_channels": self.reference_channels}
+                "reference_channels": self.reference_channels,
+                "scene_channels": self.scene_channels}
         return aids if aids != RELEASE_AIDS else {}
 
 
 RELEASE_AIDS: dict[str, float | int] = {
     "motion_scope_scale": 1.0, "noise_correlation": 0.0, "reference_channels": 0,
+    "scene_channels": 0,
 }
 """What the release's transformer does, in `NanoTransformer3DModel`'s terms."""
 

@@ -27,6 +27,8 @@ from animegamer.train.recipe import GameStateRecipe, Recipe, RecipeError, load_r
 if TYPE_CHECKING:
     from accelerate import Accelerator
 
+    from animegamer.models.scene_latent import SceneSource
+
 COMMANDS = ("vae", "decoder", "game-state", "adapt", "all")
 """What `phases` may name: one phase, or all of them."""
 VAE = "vae"
@@ -58,6 +60,9 @@ class TrainOptions:
     """accelerate trackers for the losses (tensorboard, wandb, all)."""
     word_lists: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """The word lists the recipe may name (`load_recipe`): a world's command gives its own."""
+    scenes: SceneSource | None = None
+    """decoder, adapt, all: the world's backgrounds, for a decoder that draws on them
+    (`scene_channels`): a world's command gives its own."""
 
 
 @dataclass(frozen=True)
@@ -326,7 +331,8 @@ def run_phases(request: TrainRequest, recipe: Recipe, accelerator: Accelerator,
         recipe = run_vae(request, recipe, accelerator, result, say)
     if command in ("decoder", "all"):
         written = decoder_phase.train_decoder(
-            request.dataset, request.out, recipe, accelerator, options.resume, options.max_steps
+            request.dataset, request.out, recipe, accelerator, options.resume, options.max_steps,
+            scenes=options.scenes,
         )
         if not _record(result, "decoder", written, accelerator, say):
             return
@@ -337,7 +343,7 @@ def run_phases(request: TrainRequest, recipe: Recipe, accelerator: Accelerator,
     if command in ("adapt", "all"):
         written = decoder_phase.adapt(
             request.dataset, request.out, recipe, accelerator, options.resume, options.max_steps,
-            game_state=game_state,
+            game_state=game_state, scenes=options.scenes,
         )
         adapted = _record(result, "adapt", written, accelerator, say)
         if command == "all" and adapted and accelerator.is_main_process:

@@ -40,6 +40,12 @@ class NanoTransformer3DModel(AnimeGamerTransformer3DModel):
       background stays where the first frame has it). Joint attention alone has to learn which
       of the 196 tokens lies where in the latent; a model trained from scratch on a CPU does not
       learn that in its budget and paints an average scene.
+    * `scene_channels` > 0 (the VAE's latent channels) draws on a known scene: the latent of the
+      background the instruction names (its place at its time of day, as the world paints it
+      without anyone in it) is given to every latent frame as extra input channels, and the
+      model denoises the clip's difference from it (`forward`'s `scene`). Its background is
+      then exact from the first step and what it learns is the figure; the pipeline maps its
+      prediction back to the whole clip (`AnimeGamerPipeline.predict_fn`).
     """
 
     @register_to_config
@@ -66,18 +72,23 @@ class NanoTransformer3DModel(AnimeGamerTransformer3DModel):
         motion_scope_scale: float = 1.0,
         noise_correlation: float = 0.0,
         reference_channels: int = 0,
+        scene_channels: int = 0,
     ):
-        FrameCorrelatedNoise(noise_correlation)  # checks its range
-        if reference_channels < 0:
-            raise ValueError(f"reference_channels must be at least 0, got {reference_channels}")
-        if motion_scope_scale <= 0:
-            raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
         # the parent's arguments as given: all of this signature but the aids
         release = {name: value for name, value in locals().items()
                    if name not in ("self", "__class__", "motion_scope_scale",
-                                   "noise_correlation", "reference_channels")}
-        super().__init__(**{**release, "in_channels": in_channels + reference_channels})
-        # The parent recorded the channels its patch embedding reads, the reference's included.
+                                   "noise_correlation", "reference_channels", "scene_channels")}
+        FrameCorrelatedNoise(noise_correlation)  # checks its range
+        if reference_channels < 0:
+            raise ValueError(f"reference_channels must be at least 0, got {reference_channels}")
+        if scene_channels not in (0, in_channels):
+            raise ValueError(f"scene_channels must be 0 or the latent's {in_channels} channels, "
+                             f"got {scene_channels}")
+        if motion_scope_scale <= 0:
+            raise ValueError(f"motion_scope_scale must be positive, got {motion_scope_scale}")
+        extra = reference_channels + scene_channels
+        super().__init__(**{**release, "in_channels": in_channels + extra})
+        # The parent recorded the channels its patch embedding reads, the extra ones included.
         self.register_to_config(in_channels=in_channels)
         inner_dim = num_attention_heads * attention_head_dim
         # `Timesteps` annotates `scale` as int; it only multiplies the sinusoid's arguments
@@ -112,9 +123,20 @@ class NanoTransformer3DModel(AnimeGamerTransformer3DModel):
         image_rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
         attention_kwargs: dict[str, Any] | None = None,
         return_dict: bool = True,
+        scene: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor] | Transformer2DModelOutput:
-        """The parent's forward, with the spatial reference concatenated to the latent's
-        channels when the model has one."""
+        """The parent's forward, with the spatial reference and the scene (the background's
+        latent [B, C, H, W], scaled as the clip's; required when `scene_channels` > 0, for the
+        noisy difference from it in `hidden_states`) concatenated to the latent's channels when
+        the model has them."""
+        channels = int(self.config["scene_channels"])
+        if (scene is None) != (channels == 0):
+            raise ValueError(f"give a scene latent exactly when the model has scene_channels "
+                             f"({channels})")
+        if scene is not None:
+            frames = hidden_states.shape[1]
+            scene = scene[:, None].expand(-1, frames, -1, -1, -1).to(hidden_states.dtype)
+            hidden_states = torch.cat([hidden_states, scene], dim=2)
         if self.reference_proj is not None:
             frames, _, height, width = hidden_states.shape[1:]
             reference = self.spatial_reference(encoder_hidden_states, frames, height, width)

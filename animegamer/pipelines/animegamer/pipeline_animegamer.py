@@ -29,6 +29,7 @@ from transformers import CLIPVisionModel, PreTrainedTokenizerBase, T5EncoderMode
 from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS
 from animegamer.models.noise_prior import FrameCorrelatedNoise
+from animegamer.models.scene_latent import noise_levels, scene_latents
 from animegamer.models.shot_encoder import (
     AnimeGamerShotEncoder,
     clip_pixel_values,
@@ -262,12 +263,17 @@ class AnimeGamerPipeline(DiffusionPipeline):
         return FrameCorrelatedNoise(getattr(self.transformer.config, "noise_correlation", 0.0))
 
     def predict_fn(
-        self, representation: torch.Tensor, scopes: Sequence[float], device: torch.device
+        self, representation: torch.Tensor, scopes: Sequence[float], device: torch.device,
+        scene: torch.Tensor | None = None,
     ) -> PredictFn:
         """The transformer on the [uncond, cond] batch (diffusers' layout: the halves
         concatenated along the batch, unconditional first), with one motion scope per shot (the
         transformer repeats it over both halves). It records the timestep it runs at
         (`current_timestep`).
+
+        With a scene latent S [B, C, h, w] (`prepare_scene`), the transformer denoises the
+        clip's difference from S: it is given x_t − α_t·S and its velocity v_r becomes the whole
+        clip's v_r − σ_t·S, so the sampler, its x0 and the callbacks stay in the clip's space.
 
         Under frame-correlated noise it takes and gives the sampler's whitened latents."""
         transformer = self.transformer
@@ -275,24 +281,48 @@ class AnimeGamerPipeline(DiffusionPipeline):
         cond = representation.to(uncond)
         context = torch.cat([uncond.expand_as(cond), cond])
         ofs = torch.tensor(list(scopes), device=device, dtype=torch.float32)
+        scenes = None if scene is None else torch.cat([scene, scene]).to(device)[:, None]
 
         def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
             self._current_timestep = timestep
-            hidden_states = torch.cat([latents, latents]).to(transformer.dtype)
+            hidden_states = torch.cat([latents, latents]).float()
+            alpha, sigma = noise_levels(self.scheduler.alphas_cumprod, timestep.reshape(1))
+            extra = {}
+            if scenes is not None:
+                hidden_states = hidden_states - alpha * scenes
+                extra = {"scene": scenes[:, 0].to(transformer.dtype)}
             with transformer.cache_context("cond_uncond"):
-                return transformer(
-                    hidden_states=hidden_states,
+                velocity = transformer(
+                    hidden_states=hidden_states.to(transformer.dtype),
                     encoder_hidden_states=context,
                     timestep=timestep.reshape(1).expand(hidden_states.shape[0]).to(device),
                     ofs=ofs,
                     attention_kwargs=self._attention_kwargs,
                     return_dict=False,
+                    **extra,
                 )[0]
+            return velocity if scenes is None else velocity.float() - sigma * scenes
 
         noise = self.noise_prior
         if noise.is_independent:
             return predict
         return lambda latents, timestep: noise.whiten(predict(noise.color(latents), timestep))
+
+    def prepare_scene(self, scene: np.ndarray | Sequence[np.ndarray] | None,
+                      shots: int) -> torch.Tensor | None:
+        """The scene latents [shots, C, h, w] of a transformer that draws on a scene
+        (`scene_channels`; see `NanoTransformer3DModel`), None for one that does not. Raises
+        ValueError when the transformer and `scene` disagree."""
+        channels = getattr(self.transformer.config, "scene_channels", 0)
+        if channels == 0:
+            if scene is not None:
+                raise ValueError("this transformer draws no scene: give scene=None")
+            return None
+        if scene is None or len(scene) != shots:
+            got = "none" if scene is None else len(scene)
+            raise ValueError(f"this transformer draws on a scene: give {shots} scene images "
+                             f"(uint8 [H, W, 3], one per representation); got {got}")
+        return scene_latents(self.vae, scene)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Latents [B, T, C, H, W] → video [B, 3, F, H, W] in [-1, 1], in the VAE's dtype.
@@ -367,6 +397,7 @@ class AnimeGamerPipeline(DiffusionPipeline):
         attention_kwargs: dict[str, Any] | None = None,
         callback_on_step_end: StepEndCallback | None = None,
         callback_on_step_end_tensor_inputs: Sequence[str] = ("latents",),
+        scene: np.ndarray | Sequence[np.ndarray] | None = None,
     ) -> AnimeGamerPipelineOutput | tuple[np.ndarray | torch.Tensor]:
         """Render the shots of `representation`.
 
@@ -403,6 +434,9 @@ class AnimeGamerPipeline(DiffusionPipeline):
             callback_on_step_end_tensor_inputs: tensors passed to the callback: `"latents"`
                 and `"pred_original_sample"` (the step's clean-latent estimate x0, from which
                 `animegamer.models.latent_preview` draws live previews).
+            scene: for a transformer with `scene_channels` (Nano), the background each
+                representation's instruction names, uint8 [H, W, 3] at the clip's size (see
+                `animegamer.models.scene_latent`); None otherwise.
 
         The transformer runs the [uncond, cond] batch, the halves concatenated along the batch
         as in diffusers' CogVideoX pipeline, with one motion scope (`ofs`) per shot: diffusers'
@@ -425,10 +459,13 @@ class AnimeGamerPipeline(DiffusionPipeline):
         self._attention_kwargs = attention_kwargs
         self._interrupt = False
         device = self._execution_device
+        scene_latent = self.prepare_scene(scene, len(representation))
         representation = representation.repeat_interleave(num_videos_per_prompt, dim=0)
+        if scene_latent is not None:
+            scene_latent = scene_latent.repeat_interleave(num_videos_per_prompt, dim=0)
         scopes = [scope for scope in scopes for _ in range(num_videos_per_prompt)]
         latents = self.prepare_latents(len(scopes), device, generator, latents)
-        predict = self.predict_fn(representation.to(device), scopes, device)
+        predict = self.predict_fn(representation.to(device), scopes, device, scene_latent)
         latents = self.denoise(latents, predict, num_inference_steps, generator,
                                callback_on_step_end, callback_on_step_end_tensor_inputs)
         latents = self.noise_prior.color(latents)

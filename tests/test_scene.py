@@ -1,0 +1,191 @@
+"""A Nano decoder that draws on its world's scene (`scene_channels`): the transformer takes the
+scene's latent, the pipeline samples the clip as its difference from it, training feeds it, and
+play hands it the background that the turn's instruction names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
+
+from animegamer.game.rules import make_instruction, new_session
+from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
+from animegamer.nano.renderer import world_scene
+from animegamer.nano.scene import HEIGHT, WIDTH
+from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
+from animegamer.pipelines.animegamer.sampling import scheduler_config
+from animegamer.serving.clips import ClipStore
+from animegamer.serving.devices import Placement
+from animegamer.serving.engine import CharacterModels, EngineError, TurnEngine
+from animegamer.serving.loading import world_scenes
+from animegamer.serving.settings import EngineKind
+from animegamer.train.decoder_phase import TrainError
+from animegamer.train.run import TrainOptions, train
+from tests.test_train_decoder import TINY_RECIPE, build_dataset
+from tests.tiny_transformer import run_transformer, transformer_inputs
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CHANNELS = 16  # tiny_vae()'s latent channels
+
+
+def scene_transformer(noise_correlation: float = 0.0) -> NanoTransformer3DModel:
+    torch.manual_seed(0)
+    return NanoTransformer3DModel(**tiny_transformer_config(), scene_channels=CHANNELS,
+                                  noise_correlation=noise_correlation)
+
+
+def scene_pipeline(noise_correlation: float = 0.0) -> AnimeGamerPipeline:
+    torch.manual_seed(0)
+    return AnimeGamerPipeline(scene_transformer(noise_correlation), tiny_vae(),
+                              CogVideoXDPMScheduler(**scheduler_config()))
+
+
+def image(seed: int) -> np.ndarray:
+    """A random uint8 image at the tiny VAE's clip size."""
+    height, width = TINY_LATENT_SIZE
+    return np.random.default_rng(seed).integers(0, 256, (8 * height, 8 * width, 3), np.uint8)
+
+
+def test_the_transformer_takes_a_scene_exactly_when_it_draws_on_one() -> None:
+    model = scene_transformer()
+    latents, representation = transformer_inputs(13, CHANNELS, *TINY_LATENT_SIZE)
+    with pytest.raises(ValueError, match="scene_channels"):
+        run_transformer(model, latents, representation)
+    scene = torch.randn(2, CHANNELS, *TINY_LATENT_SIZE)
+    with torch.no_grad():
+        out = model(latents, representation, timestep=torch.tensor([500, 500]),
+                    ofs=torch.tensor([1.0, 1.0]), return_dict=False, scene=scene)[0]
+        other = model(latents, representation, timestep=torch.tensor([500, 500]),
+                      ofs=torch.tensor([1.0, 1.0]), return_dict=False, scene=-scene)[0]
+    assert out.shape == latents.shape
+    assert not torch.allclose(out, other)  # the scene reaches the prediction
+    without = NanoTransformer3DModel(**tiny_transformer_config(), reference_channels=4)
+    with pytest.raises(ValueError, match="scene_channels"), torch.no_grad():
+        without(latents, representation, timestep=torch.tensor([500, 500]),
+                ofs=torch.tensor([1.0, 1.0]), return_dict=False, scene=scene)
+    with pytest.raises(ValueError, match="latent's 16 channels"):
+        NanoTransformer3DModel(**tiny_transformer_config(), scene_channels=4)
+
+
+@pytest.mark.parametrize("noise_correlation", [0.0, 0.9])
+def test_where_the_model_says_nothing_differs_the_clip_is_the_scene(
+    noise_correlation: float,
+) -> None:
+    """A transformer whose every prediction says "the clip is its scene" (velocity α/σ·x_t of
+    the difference, so its x0 is zero) gives the scene's latent in every frame as the x0 of
+    every step, and a clip close to it."""
+    pipe = scene_pipeline(noise_correlation)
+    alphas = pipe.scheduler.alphas_cumprod
+
+    def nothing_differs(hidden_states: torch.Tensor, timestep: torch.Tensor,
+                        **_: object) -> tuple[torch.Tensor]:
+        cumulative = alphas[timestep.long()].reshape(-1, 1, 1, 1, 1)
+        return (cumulative.sqrt() / (1 - cumulative).sqrt() * hidden_states,)
+
+    pipe.transformer.forward = nothing_differs  # type: ignore[method-assign]
+    scenes = [image(1), image(2)]
+    video = torch.from_numpy(np.stack(scenes)).permute(0, 3, 1, 2)[:, :, None] / 127.5 - 1
+    with torch.no_grad():
+        expected = pipe.vae.encode(video).latent_dist.mean[:, :, 0]
+    expected = expected * pipe.vae.config.scaling_factor
+    seen: list[torch.Tensor] = []
+
+    def record(_pipe: object, _step: int, _t: object, tensors: dict) -> dict:
+        seen.append(pipe.noise_prior.color(tensors["pred_original_sample"]))
+        return {}
+
+    latents = pipe([torch.randn(226, 64), torch.randn(226, 64)], motion_level=3,
+                   num_inference_steps=4, output_type="latent", scene=scenes,
+                   generator=torch.Generator().manual_seed(0), callback_on_step_end=record,
+                   callback_on_step_end_tensor_inputs=["pred_original_sample"]).frames
+    assert len(seen) == 4
+    for x0 in seen:
+        torch.testing.assert_close(x0, expected[:, None].expand_as(x0), atol=1e-4, rtol=1e-4)
+    assert isinstance(latents, torch.Tensor)
+    assert (latents - expected[:, None]).abs().mean() < 0.05 * expected.abs().mean()
+
+
+def test_the_pipeline_refuses_a_missing_or_stray_scene() -> None:
+    pipe = scene_pipeline()
+    representation = torch.randn(1, 226, 64)
+    with pytest.raises(ValueError, match="give 1 scene images"):
+        pipe(representation, motion_level=3, num_inference_steps=1)
+    with pytest.raises(ValueError, match="give 1 scene images"):
+        pipe(representation, motion_level=3, num_inference_steps=1, scene=[image(1), image(2)])
+    with pytest.raises(ValueError, match="uint8 images"):
+        pipe(representation, motion_level=3, num_inference_steps=1,
+             scene=[image(1).astype(np.float32)])
+    release = AnimeGamerPipeline(NanoTransformer3DModel(**tiny_transformer_config()),
+                                 tiny_vae(), CogVideoXDPMScheduler(**scheduler_config()))
+    with pytest.raises(ValueError, match="draws no scene"):
+        release(representation, motion_level=3, num_inference_steps=1, scene=[image(1)])
+
+
+def test_phase_a_trains_on_the_worlds_scenes_and_refuses_to_train_without(
+    tmp_path: Path,
+) -> None:
+    dataset = build_dataset(tmp_path / "dataset")  # every shot: "day", "sky"
+    recipe = yaml.safe_load(TINY_RECIPE.read_text())
+    recipe["decoder"]["init"]["tiny"]["scene_channels"] = CHANNELS
+    path = tmp_path / "scene.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    asked: list[tuple[str, str]] = []
+
+    def scenes(time: str, place: str) -> np.ndarray:
+        asked.append((time, place))
+        return image(3)
+
+    with pytest.raises(TrainError, match=r"animegamer\.nano train"):
+        train(path, dataset, tmp_path / "none", "decoder")
+    result = train(path, dataset, tmp_path / "run", "decoder", TrainOptions(scenes=scenes))
+    assert asked == [("day", "sky")]  # each scene encoded once
+    pipe = AnimeGamerPipeline.from_pretrained(result.written["decoder"])
+    assert pipe.transformer.config.scene_channels == CHANNELS
+    frames = pipe(torch.randn(1, 226, 64), motion_level=3, num_inference_steps=2,
+                  scene=[image(3)]).frames
+    assert frames.shape == (1, 17, 64, 96, 3)
+
+
+def test_play_hands_the_decoder_the_background_the_instruction_names(tmp_path: Path) -> None:
+    from animegamer.models.tiny_game_state import tiny_game_state_model
+
+    asked: list[tuple[str, str]] = []
+
+    def scenes(time: str, place: str) -> np.ndarray:
+        asked.append((time, place))
+        return image(4)
+
+    models = CharacterModels(game_state=tiny_game_state_model(), decoder=scene_pipeline(),
+                             scenes=scenes)
+    placement = Placement("cpu", torch.float32, torch.float32)
+    engine = TurnEngine(lambda character, _: models, kind=EngineKind.NANO, placement=placement,
+                        num_inference_steps=1, guidance_scale=1.0, clips=ClipStore(tmp_path))
+    instruction = make_instruction({"character": "Qiqi", "adverb": "slowly", "motion": "walk",
+                                    "time": "evening", "place": "harbour"})
+    session = engine.play(new_session("Qiqi", window=1), instruction, seed=0)
+    assert len(session.turns) == 1 and asked == [("evening", "harbour")]
+
+
+def test_a_folder_names_the_world_that_paints_its_scenes(tmp_path: Path) -> None:
+    from animegamer.characters.conversion.character import LAYOUT_FORMAT, MANIFEST_NAME, WORLD_KEY
+
+    pipe = scene_pipeline()
+    manifest = {"format": LAYOUT_FORMAT, "character": "Tux"}
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(EngineError, match="names no world that paints them"):
+        world_scenes(tmp_path, pipe)
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({**manifest, WORLD_KEY: "nano"}))
+    assert world_scenes(tmp_path, pipe) is world_scene
+    release = AnimeGamerPipeline(NanoTransformer3DModel(**tiny_transformer_config()),
+                                 tiny_vae(), CogVideoXDPMScheduler(**scheduler_config()))
+    assert world_scenes(tmp_path, release) is None
+    assert world_scene("night", "harbour").shape == (HEIGHT, WIDTH, 3)
+    with pytest.raises(ValueError, match="does not know the place 'moon'"):
+        world_scene("night", "moon")
