@@ -13,6 +13,8 @@ import torch
 import yaml
 from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 
+from animegamer.data.errors import DataError
+from animegamer.data.scenes import SCENES, SceneTable
 from animegamer.game.rules import make_instruction, new_session
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
 from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
@@ -25,7 +27,6 @@ from animegamer.serving.devices import Placement
 from animegamer.serving.engine import CharacterModels, EngineError, TurnEngine
 from animegamer.serving.loading import world_scenes
 from animegamer.serving.settings import EngineKind
-from animegamer.train.decoder_phase import TrainError
 from animegamer.train.run import TrainOptions, train
 from tests.test_train_decoder import TINY_RECIPE, build_dataset
 from tests.tiny_transformer import run_transformer, transformer_inputs
@@ -128,29 +129,71 @@ def test_the_pipeline_refuses_a_missing_or_stray_scene() -> None:
         release(representation, motion_level=3, num_inference_steps=1, scene=[image(1)])
 
 
-def test_phase_a_trains_on_the_worlds_scenes_and_refuses_to_train_without(
-    tmp_path: Path,
-) -> None:
-    dataset = build_dataset(tmp_path / "dataset")  # every shot: "day", "sky"
+def scene_recipe(tmp_path: Path) -> Path:
     recipe = yaml.safe_load(TINY_RECIPE.read_text())
     recipe["decoder"]["init"]["tiny"]["scene_channels"] = CHANNELS
     path = tmp_path / "scene.yaml"
     path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_the_phases_train_on_the_worlds_scenes(tmp_path: Path) -> None:
+    dataset = build_dataset(tmp_path / "dataset")  # every shot: "day", "sky"
     asked: list[tuple[str, str]] = []
 
     def scenes(time: str, place: str) -> np.ndarray:
         asked.append((time, place))
         return image(3)
 
-    with pytest.raises(TrainError, match=r"animegamer\.nano train"):
-        train(path, dataset, tmp_path / "none", "decoder")
-    result = train(path, dataset, tmp_path / "run", "decoder", TrainOptions(scenes=scenes))
+    result = train(scene_recipe(tmp_path), dataset, tmp_path / "run", "decoder",
+                   TrainOptions(scenes=scenes))
     assert asked == [("day", "sky")]  # each scene encoded once
     pipe = AnimeGamerPipeline.from_pretrained(result.written["decoder"])
     assert pipe.transformer.config.scene_channels == CHANNELS
     frames = pipe(torch.randn(1, 226, 64), motion_level=3, num_inference_steps=2,
                   scene=[image(3)]).frames
     assert frames.shape == (1, 17, 64, 96, 3)
+
+
+def test_a_character_trained_on_its_own_videos_keeps_their_scenes_and_plays_on_them(
+    tmp_path: Path,
+) -> None:
+    """Without a world that paints scenes, the phases draw on the dataset's own: the median of
+    its shots' frames per time and place, where the moving square drops out. The character
+    folder keeps them and the app plays on them."""
+    from animegamer.characters.conversion.character import check_layout
+    from animegamer.serving.loading import load_character_models
+
+    dataset = build_dataset(tmp_path / "dataset")
+    result = train(scene_recipe(tmp_path), dataset, tmp_path / "run", "all")
+    character = result.written["character"]
+    check_layout(character)
+    table = SceneTable.load(character)
+    assert table is not None and list(table.scenes) == [("day", "sky")]
+    background = np.zeros((64, 96, 3), np.uint8)
+    background[..., 2] = 40  # the clips' background, under the square (tests/test_train_decoder)
+    assert np.abs(table("day", "sky").astype(int) - background).mean() < 4
+    models = load_character_models(character, Placement("cpu", torch.float32, torch.float32),
+                                   live_preview=False)
+    assert isinstance(models.scenes, SceneTable)
+    assert np.array_equal(models.scenes("night", "harbour"), table.scenes[("day", "sky")])
+
+
+def test_a_scene_table_falls_back_to_the_place_then_to_any_scene(tmp_path: Path) -> None:
+    day, night, road = image(5), image(6), image(7)
+    table = SceneTable({("day", "sky"): day, ("night", "sky"): night, ("day", "road"): road})
+    assert table("night", "sky") is night
+    assert table("evening", "road") is road  # the place at another time
+    assert table("evening", "moon") is road  # the first scene, by (time, place)
+    table.save(tmp_path)
+    loaded = SceneTable.load(tmp_path)
+    assert loaded is not None
+    assert {key: image.tolist() for key, image in loaded.scenes.items()} == {
+        key: image.tolist() for key, image in table.scenes.items()}
+    assert SceneTable.load(tmp_path / "elsewhere") is None
+    (tmp_path / SCENES / "0.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match="unreadable scene table"):
+        SceneTable.load(tmp_path)
 
 
 def test_play_hands_the_decoder_the_background_the_instruction_names(tmp_path: Path) -> None:
@@ -179,7 +222,7 @@ def test_a_folder_names_the_world_that_paints_its_scenes(tmp_path: Path) -> None
     pipe = scene_pipeline()
     manifest = {"format": LAYOUT_FORMAT, "character": "Tux"}
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
-    with pytest.raises(EngineError, match="names no world that paints them"):
+    with pytest.raises(EngineError, match="has no scenes/ and names no world"):
         world_scenes(tmp_path, pipe)
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({**manifest, WORLD_KEY: "nano"}))
     assert world_scenes(tmp_path, pipe) is world_scene

@@ -65,21 +65,29 @@ def load_character_models(
 
 
 def world_scenes(directory: Path, decoder: AnimeGamerPipeline) -> SceneSource | None:
-    """The backgrounds of the world the folder's manifest names, for a decoder that draws on
-    them (`scene_channels`); None for one that does not. `EngineError` when the folder's
-    world paints no scenes."""
+    """For a decoder that draws on scenes (`scene_channels`): the backgrounds of the world the
+    folder's manifest names (Nano paints its own), else the folder's scene table (`scenes/`, a
+    trained character's); None for a decoder that draws on none. `EngineError` when the folder
+    has neither."""
     from animegamer.characters.conversion.character import WORLD_KEY, read_manifest
+    from animegamer.data.errors import DataError
+    from animegamer.data.scenes import SCENES, SceneTable
     from animegamer.nano import NANO_WORLD
 
     if not getattr(decoder.transformer.config, "scene_channels", 0):
         return None
-    world = read_manifest(directory).get(WORLD_KEY)
-    if world != NANO_WORLD:
-        raise EngineError(f"{directory}: its decoder draws on a world's scenes, and its "
-                          f"manifest names no world that paints them (world: {world!r})")
-    from animegamer.nano.renderer import world_scene
+    if read_manifest(directory).get(WORLD_KEY) == NANO_WORLD:
+        from animegamer.nano.renderer import world_scene
 
-    return world_scene
+        return world_scene
+    try:
+        table = SceneTable.load(directory)
+    except DataError as error:
+        raise EngineError(str(error)) from None
+    if table is None:
+        raise EngineError(f"{directory}: its decoder draws each clip on a scene, and the folder "
+                          f"has no {SCENES}/ and names no world that paints them")
+    return table
 
 
 def build_preview_directory(directory: Path, seed: int = 0) -> Path:

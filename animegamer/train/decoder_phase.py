@@ -31,6 +31,7 @@ from torch import nn
 
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels
+from animegamer.data.scenes import SceneTable
 from animegamer.models.scene_latent import SceneSource
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
@@ -292,8 +293,9 @@ def setup_phase(
     scenes: SceneSource | None = None,
 ) -> PhaseSetup:
     """Phase a's or c's resume point, pipeline (`make_pipeline(rows, levels)`), latent cache
-    (and the scenes' latents, for a transformer that draws on them) and loop settings;
-    span = (resume, max_steps, the phase's total steps)."""
+    (and the scenes' latents, for a transformer that draws on them: `scenes`, or the dataset's
+    own, `SceneTable`) and loop settings; span = (resume, max_steps, the phase's total
+    steps)."""
     resume, max_steps, total = span
     if shards_parameters(accelerator):
         raise TrainError(
@@ -308,11 +310,8 @@ def setup_phase(
     cache = cached_latents(accelerator, pipeline.vae, rows, dataset, out)
     table = None
     if getattr(pipeline.transformer.config, "scene_channels", 0):
-        if scenes is None:
-            raise TrainError(f"{phase}: this decoder draws on its world's scenes "
-                             "(scene_channels): train it with the world's own command "
-                             "(python -m animegamer.nano train)")
-        table = scene_table(pipeline.vae, rows, scenes)
+        source = scenes or SceneTable.from_dataset(dataset, rows)
+        table = scene_table(pipeline.vae, rows, source)
     if recipe.gradient_checkpointing:
         pipeline.transformer.enable_gradient_checkpointing()
     loop = LoopSettings(
@@ -360,7 +359,7 @@ def train_decoder(
 ) -> Path | None:
     """Phase a → the pipeline folder OUT/decoder, or None when `max_steps` stopped the run
     first (its checkpoint is saved; `resume` continues). `scenes`: the world's backgrounds,
-    for a decoder that draws on them."""
+    for a decoder that draws on them (default: the dataset's own)."""
     settings = recipe.decoder
     if settings is None:
         raise TrainError("the recipe has no 'decoder' section (phase a)")

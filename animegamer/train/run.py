@@ -16,6 +16,7 @@ It runs as well under `accelerate launch` or `torchrun` (one call per process).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -153,8 +154,10 @@ def with_trained_vae(recipe: Recipe, vae: Path) -> Recipe:
 
 
 def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
-    """`all`'s last step: the character folder OUT/character."""
+    """`all`'s last step: the character folder OUT/character, with the dataset's scenes
+    (`scenes/`) when its decoder drew on them."""
     from animegamer.data.dataset import read_rows
+    from animegamer.data.scenes import SceneTable
     from animegamer.train.character import TrainingSummary, assemble_character
     from animegamer.train.decoder_phase import ADAPTED
     from animegamer.train.loop import LOGS
@@ -167,9 +170,13 @@ def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
         recipe=recipe.model_dump(mode="json"),
         phase_dirs={phase: request.out / LOGS / phase for phase in phases},
     )
-    return assemble_character(
+    character = assemble_character(
         request.out / CHARACTER, name, game_state, request.out / ADAPTED, summary
     )
+    config = json.loads((character / "transformer" / "config.json").read_text())
+    if config.get("scene_channels") and request.options.scenes is None:
+        SceneTable.from_dataset(request.dataset, rows).save(character)  # what it trained on
+    return character
 
 
 def phases_of(command: str) -> list[str]:
