@@ -131,8 +131,8 @@ def test_train_with_a_trained_vae_gives_it_to_every_character_and_trains_none(tm
 def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(path):
     """The shipped recipe and the quick one the tests train share its path: the world's words
     as whole tokens (read from the world, not copied), a VAE 1× in time (a moving sprite is not
-    blurred across frames), 4×4 latent patches, frame-correlated noise and the spatial
-    reference."""
+    blurred across frames), 2×2×2 latent patches, frame-correlated noise, the spatial reference
+    and the scene drawn on, over all of the VAE's latent channels."""
     from animegamer.nano.vocabulary import world_words
     from animegamer.train.recipe import RecipeError, TinyGameStateInit, load_recipe
 
@@ -146,7 +146,9 @@ def test_the_nano_recipes_tokenize_the_worlds_words_whole_and_keep_every_frame(p
     assert {"Qiqi", "Sosuke", "broomstick", "harbour"} <= set(world_words())
     assert len(recipe.vae.block_out_channels) == 3
     assert recipe.vae.train_crop == (32, 48) and recipe.vae.motion_weight > 0
-    assert (recipe.vae.temporal_compression, recipe.vae.latent_channels) == (1, 4)
+    assert recipe.vae.temporal_compression == 1
     tiny = recipe.decoder.init.tiny
-    assert (tiny.patch_size, tiny.motion_scope_scale, tiny.noise_correlation) == (4, 100.0, 0.9)
+    assert (tiny.patch_size, tiny.patch_size_t) == (2, 2)
+    assert (tiny.motion_scope_scale, tiny.noise_correlation) == (100.0, 0.9)
     assert tiny.reference_channels > 0
+    assert tiny.scene_channels == recipe.vae.latent_channels
