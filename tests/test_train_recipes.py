@@ -70,3 +70,19 @@ def test_the_tiny_cpu_recipe_is_small() -> None:
     assert recipe.adapt is not None and recipe.adapt.steps <= 10
     assert recipe.game_state is not None
     assert GameStateRecipe.model_validate(recipe.game_state).steps <= 10
+
+
+def test_the_cpu_recipe_names_nanos_vae_and_says_where_its_path_is_read_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """recipes/cpu.yaml encodes the creator's clips with the Nano world's shared VAE and draws on
+    the footage's scenes; run from another folder, its relative VAE path is one clear line."""
+    recipe = load_recipe(RECIPES / "cpu.yaml")  # the tests run from the repository's root
+    assert recipe.decoder is not None and recipe.decoder.init.tiny is not None
+    tiny = recipe.decoder.init.tiny
+    assert tiny.vae == Path("assets/nano/vae") and tiny.scene_channels == 16
+    assert recipe.vae is None  # the VAE is the world's, not trained again
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RecipeError, match=r"assets/nano/vae is not a VAE folder .*relative to "
+                                          r"the folder the command runs in"):
+        load_recipe(RECIPES / "cpu.yaml")

@@ -125,12 +125,22 @@ class TinyInit(_Section):
     image tokens laid on every latent frame); 0 for none, as in the release."""
     scene_channels: int = Field(default=0, ge=0)
     """The transformer's `scene_channels`: the VAE's latent channels to draw each clip on the
-    latent of the background its instruction names (a world that paints its scenes: Nano);
+    latent of the background its instruction names (the Nano world paints it; any other
+    dataset gives the median of its shots of that time and place: `animegamer.data.scenes`);
     0 for none, as in the release."""
     seed: int = 0
     vae: Path | None = None
-    """A trained VAE folder to use instead of `tiny_vae()` (random); `all` sets it to the VAE
-    it trained (OUT/vae) when the recipe has a `vae` section."""
+    """A trained VAE folder to use instead of `tiny_vae()` (random), relative to the folder the
+    command runs in; `all` sets it to the VAE it trained (OUT/vae) when the recipe has a `vae`
+    section."""
+
+    @field_validator("vae")
+    @classmethod
+    def _vae_folder(cls, vae: Path | None) -> Path | None:
+        if vae is not None and not (vae / "config.json").is_file():
+            raise ValueError(f"{vae} is not a VAE folder (no config.json there; a recipe's paths "
+                             f"are relative to the folder the command runs in: {Path.cwd()})")
+        return vae
 
     @property
     def nano_aids(self) -> dict[str, float | int]:
