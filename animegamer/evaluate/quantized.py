@@ -124,6 +124,10 @@ def decoder_step_relative_error(
                          config["sample_width"], generator=generator)
     context = torch.randn(1, REPRESENTATION_TOKENS, reference.uncond_representation.shape[-1],
                           generator=generator)
+    scene = {}  # a Nano decoder that draws on a scene takes one (random, as the rest)
+    if config.get("scene_channels"):
+        scene = {"scene": torch.randn(1, config["scene_channels"], config["sample_height"],
+                                      config["sample_width"], generator=generator)}
 
     def forward(model: AnimeGamerTransformer3DModel) -> torch.Tensor:
         device, dtype = model.device, model.dtype
@@ -131,6 +135,7 @@ def decoder_step_relative_error(
             hidden_states=latent.to(device, dtype), encoder_hidden_states=context.to(device, dtype),
             timestep=torch.tensor([timestep], device=device),
             ofs=torch.tensor([5.0], device=device), return_dict=False,
+            **{name: value.to(device, dtype) for name, value in scene.items()},
         )[0]
         return output.float().cpu()
 
