@@ -156,16 +156,22 @@ def test_the_phases_train_on_the_worlds_scenes(tmp_path: Path) -> None:
 
 
 def test_a_character_trained_on_its_own_videos_keeps_their_scenes_and_plays_on_them(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Without a world that paints scenes, the phases draw on the dataset's own: the median of
-    its shots' frames per time and place, where the moving square drops out. The character
-    folder keeps them and the app plays on them."""
+    its shots' frames per time and place, where the moving square drops out, read once for
+    both phases and the folder. The character folder keeps them and the app plays on them."""
     from animegamer.characters.conversion.character import check_layout
+    from animegamer.data import scenes as scenes_module
     from animegamer.serving.loading import load_character_models
 
     dataset = build_dataset(tmp_path / "dataset")
+    read: list[Path] = []
+    original = scenes_module.read_clip
+    monkeypatch.setattr(scenes_module, "read_clip",
+                        lambda path: read.append(path) or original(path))
     result = train(scene_recipe(tmp_path), dataset, tmp_path / "run", "all")
+    assert len(read) == len(set(read)) == 6  # every train clip, once
     character = result.written["character"]
     check_layout(character)
     table = SceneTable.load(character)

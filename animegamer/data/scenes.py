@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from animegamer.data.dataset import read_rows
 from animegamer.data.decode import read_clip
 from animegamer.data.errors import DataError
 
@@ -28,6 +29,12 @@ SAMPLED_FRAMES = (0, 4, 8, 12, 16)
 """The frames of each shot that the median reads."""
 
 SceneKey = tuple[str, str]
+"""A scene by its (time, place)."""
+
+
+def scene_key(row: Mapping[str, Any]) -> SceneKey:
+    """The scene a dataset row's shot stands in."""
+    return str(row["time"]), str(row["place"])
 
 
 def median_scenes(dataset: Path, rows: Sequence[dict[str, Any]]) -> dict[SceneKey, np.ndarray]:
@@ -37,7 +44,7 @@ def median_scenes(dataset: Path, rows: Sequence[dict[str, Any]]) -> dict[SceneKe
     for row in rows:
         clip = read_clip(dataset / row["clip_path"])
         chosen = [index for index in SAMPLED_FRAMES if index < len(clip)]
-        frames[(str(row["time"]), str(row["place"]))].extend(clip[chosen])
+        frames[scene_key(row)].extend(clip[chosen])
     if not frames:
         raise DataError(f"{dataset}: no shots to estimate the scenes from")
     return {key: np.median(np.stack(images), axis=0).astype(np.uint8)
@@ -94,3 +101,23 @@ class SceneTable:
         except (OSError, ValueError) as error:
             raise DataError(f"{index_path}: unreadable scene table ({error})") from None
         return cls(scenes)
+
+
+class DatasetScenes:
+    """The `SceneSource` of a dataset folder's own scenes: `SceneTable.from_dataset` of its train
+    split, estimated once, on first use, so a run's phases and its character folder share one
+    reading of the clips."""
+
+    def __init__(self, dataset: Path) -> None:
+        self.dataset = Path(dataset)
+        self._table: SceneTable | None = None
+
+    @property
+    def table(self) -> SceneTable:
+        if self._table is None:
+            rows = read_rows(self.dataset).get("train", [])
+            self._table = SceneTable.from_dataset(self.dataset, rows)
+        return self._table
+
+    def __call__(self, time: str, place: str) -> np.ndarray:
+        return self.table(time, place)

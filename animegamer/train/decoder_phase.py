@@ -31,7 +31,7 @@ from torch import nn
 
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels
-from animegamer.data.scenes import SceneTable
+from animegamer.data.scenes import DatasetScenes
 from animegamer.models.scene_latent import SceneSource
 from animegamer.models.shot_encoder import AnimeGamerShotEncoder
 from animegamer.models.tiny_decoder import TINY_LATENT_SIZE, tiny_transformer_config, tiny_vae
@@ -52,9 +52,9 @@ from animegamer.train.decoder_samples import (
     ShotDataset,
     collate,
     draw_latents,
+    encoded_scenes,
     levels_of,
     read_features,
-    scene_table,
 )
 from animegamer.train.loop import (
     LoopSettings,
@@ -310,8 +310,7 @@ def setup_phase(
     cache = cached_latents(accelerator, pipeline.vae, rows, dataset, out)
     table = None
     if getattr(pipeline.transformer.config, "scene_channels", 0):
-        source = scenes or SceneTable.from_dataset(dataset, rows)
-        table = scene_table(pipeline.vae, rows, source)
+        table = encoded_scenes(pipeline.vae, rows, scenes or DatasetScenes(dataset))
     if recipe.gradient_checkpointing:
         pipeline.transformer.enable_gradient_checkpointing()
     loop = LoopSettings(

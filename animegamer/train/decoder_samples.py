@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch.utils.data import Dataset
 
 from animegamer.data.flow import MotionLevels
+from animegamer.data.scenes import SceneKey, scene_key
 from animegamer.data.store import write_atomic
 from animegamer.models.cpu_conv import use_onednn_conv3d
 from animegamer.models.scene_latent import SceneSource, scene_latents
@@ -144,15 +145,11 @@ def draw_latents(
     return (mean + std * noise) * scaling_factor
 
 
-SceneKey = tuple[str, str]
-"""A scene by its (time, place)."""
-
-
-def scene_table(vae: Any, rows: Sequence[dict[str, Any]],
-                source: SceneSource) -> dict[SceneKey, torch.Tensor]:
+def encoded_scenes(vae: Any, rows: Sequence[dict[str, Any]],
+                   source: SceneSource) -> dict[SceneKey, torch.Tensor]:
     """The scaled latent [C, h, w] (CPU) of every (time, place) the rows name, each encoded
     once."""
-    keys = sorted({(str(row["time"]), str(row["place"])) for row in rows})
+    keys = sorted({scene_key(row) for row in rows})
     latents = scene_latents(vae, [source(time, place) for time, place in keys]).cpu()
     return dict(zip(keys, latents, strict=True))
 
@@ -160,7 +157,7 @@ def scene_table(vae: Any, rows: Sequence[dict[str, Any]],
 class ShotDataset(Dataset):
     """Rows of a split → samples: `latent_mean`, `latent_std` [T, C, H, W], `text_features`
     [30, Wt], `image_features` [196, Wi], `motion_scope` (the level's representative value,
-    what play feeds for that level), and with `scenes` (`scene_table`) the `scene` latent its
+    what play feeds for that level), and with `scenes` (`encoded_scenes`) the `scene` latent its
     row's time and place name."""
 
     def __init__(
@@ -193,7 +190,7 @@ class ShotDataset(Dataset):
             "motion_scope": torch.tensor(scope, dtype=torch.float32),
         }
         if self.scenes is not None:
-            sample["scene"] = self.scenes[(str(row["time"]), str(row["place"]))]
+            sample["scene"] = self.scenes[scene_key(row)]
         return sample
 
 

@@ -16,6 +16,7 @@ It runs as well under `accelerate launch` or `torchrun` (one call per process).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -63,7 +64,8 @@ class TrainOptions:
     """The word lists the recipe may name (`load_recipe`): a world's command gives its own."""
     scenes: SceneSource | None = None
     """decoder, adapt, all: the world's backgrounds, for a decoder that draws on them
-    (`scene_channels`): a world's command gives its own."""
+    (`scene_channels`): a world's command gives its own; by default the dataset's
+    (`DatasetScenes`)."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
     """`all`'s last step: the character folder OUT/character, with the dataset's scenes
     (`scenes/`) when its decoder drew on them."""
     from animegamer.data.dataset import read_rows
-    from animegamer.data.scenes import SceneTable
+    from animegamer.data.scenes import DatasetScenes
     from animegamer.train.character import TrainingSummary, assemble_character
     from animegamer.train.decoder_phase import ADAPTED
     from animegamer.train.loop import LOGS
@@ -174,8 +176,9 @@ def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
         request.out / CHARACTER, name, game_state, request.out / ADAPTED, summary
     )
     config = json.loads((character / "transformer" / "config.json").read_text())
-    if config.get("scene_channels") and request.options.scenes is None:
-        SceneTable.from_dataset(request.dataset, rows).save(character)  # what it trained on
+    scenes = request.options.scenes
+    if config.get("scene_channels") and isinstance(scenes, DatasetScenes):
+        scenes.table.save(character)  # what it trained on
     return character
 
 
@@ -272,9 +275,14 @@ def train(
     recipe (one YAML file, or several of one phase each); `say` hears each phase's outcome
     (on the main process). Raises one of `TRAINING_ERRORS` for input it cannot use, before any
     compute where it can."""
+    from animegamer.data.scenes import DatasetScenes
+
     paths = (recipe,) if isinstance(recipe, str | Path) else tuple(recipe)
+    options = options or TrainOptions()
+    # one source for every phase: the dataset's own scenes are read once, if ever
+    options = dataclasses.replace(options, scenes=options.scenes or DatasetScenes(Path(dataset)))
     request = TrainRequest(phases, Path(dataset), Path(out), tuple(Path(p) for p in paths),
-                           options or TrainOptions())
+                           options)
     loaded = checked_recipe(request)
     fresh = check_inputs(request, loaded)
     accelerator = make_accelerator(request, loaded)

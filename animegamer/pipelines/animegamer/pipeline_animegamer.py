@@ -283,25 +283,28 @@ class AnimeGamerPipeline(DiffusionPipeline):
         ofs = torch.tensor(list(scopes), device=device, dtype=torch.float32)
         scenes = None if scene is None else torch.cat([scene, scene]).to(device)[:, None]
 
-        def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
-            self._current_timestep = timestep
-            hidden_states = torch.cat([latents, latents]).float()
-            alpha, sigma = noise_levels(self.scheduler.alphas_cumprod, timestep.reshape(1))
-            extra = {}
-            if scenes is not None:
-                hidden_states = hidden_states - alpha * scenes
-                extra = {"scene": scenes[:, 0].to(transformer.dtype)}
+        def velocity(hidden_states: torch.Tensor, timestep: torch.Tensor,
+                     **scene: torch.Tensor) -> torch.Tensor:
             with transformer.cache_context("cond_uncond"):
-                velocity = transformer(
+                return transformer(
                     hidden_states=hidden_states.to(transformer.dtype),
                     encoder_hidden_states=context,
                     timestep=timestep.reshape(1).expand(hidden_states.shape[0]).to(device),
                     ofs=ofs,
                     attention_kwargs=self._attention_kwargs,
                     return_dict=False,
-                    **extra,
+                    **scene,
                 )[0]
-            return velocity if scenes is None else velocity.float() - sigma * scenes
+
+        def predict(latents: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
+            self._current_timestep = timestep
+            hidden_states = torch.cat([latents, latents])
+            if scenes is None:
+                return velocity(hidden_states, timestep)
+            alpha, sigma = noise_levels(self.scheduler.alphas_cumprod, timestep.reshape(1))
+            difference = velocity(hidden_states.float() - alpha * scenes, timestep,
+                                  scene=scenes[:, 0].to(transformer.dtype))
+            return difference.float() - sigma * scenes
 
         noise = self.noise_prior
         if noise.is_independent:
