@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from animegamer.characters.conversion.character import (
@@ -72,6 +73,7 @@ def test_quick_training_makes_one_folder_per_character_sharing_one_vae(tmp_path,
         session = engine.play(new_session(name, window=1), instruction, seed=0)
         assert len(session.turns) == 1
     assert engine.models_for("Qiqi") is not engine.models_for("Sosuke")
+    _a_sitting_goes_on_from_the_installed_folders(datasets, installed, tmp_path)
 
     # A VAE sitting of its own goes on from the trained one and counts on from its steps.
     quick_vae_steps = yaml.safe_load(make_world.QUICK_RECIPE.read_text())["vae"]["steps"]
@@ -82,6 +84,37 @@ def test_quick_training_makes_one_folder_per_character_sharing_one_vae(tmp_path,
     assert steps == quick_vae_steps + 2
     assert nano_cli.main(["vae", "--dataset", str(datasets), "--out", str(tmp_path / "vae3"),
                           "--start-from", str(tmp_path / "nowhere")]) == 2
+
+
+def _a_sitting_goes_on_from_the_installed_folders(datasets, installed, tmp_path):
+    """`train --start-from` trains each character on from its installed weights and their VAE
+    (at a learning rate that barely moves them, the result is the installed model), not from
+    the recipe's fresh ones; a folder without a character is refused before training."""
+    from safetensors.torch import load_file
+
+    sitting = yaml.safe_load(make_world.QUICK_RECIPE.read_text())
+    del sitting["vae"]
+    sitting["decoder"].update(warmup_steps=0, joint_steps=2, lr=1e-9)
+    sitting["game_state"].update(steps=2, lr=1e-9)
+    sitting["adapt"].update(steps=1, lr=1e-9)
+    recipe = tmp_path / "sitting.yaml"
+    recipe.write_text(yaml.safe_dump(sitting))
+    run = tmp_path / "sitting"
+    assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(run), "--recipe",
+                          str(recipe), "--start-from", str(installed)]) == 0
+    assert not (run / "vae").exists()
+    for key in ("qiqi", "sosuke"):
+        for part in ("transformer/diffusion_pytorch_model.safetensors",
+                     "llm/model.safetensors"):
+            before = load_file(installed / key / part)
+            after = load_file(run / key / "character" / part)
+            assert before.keys() == after.keys()
+            for name, tensor in before.items():
+                assert torch.allclose(after[name], tensor, atol=1e-5), (key, part, name)
+    (installed / "sosuke" / "model_index.json").unlink()
+    assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(tmp_path / "r2"),
+                          "--recipe", str(recipe), "--start-from", str(installed)]) == 2
+    assert not (tmp_path / "r2").exists()
 
 
 def test_install_refuses_an_incomplete_folder_and_keeps_the_installed_one(tmp_path):

@@ -3,7 +3,7 @@
     python -m animegamer.nano world --out DATASETS [--shots N] [--seed S] [--episode-length L]
         [--characters Qiqi Sosuke] [--tower-steps N]
     python -m animegamer.nano train --dataset DATASETS --out RUN [--quick | --recipe R] [--resume]
-        [--vae FOLDER] [--install]
+        [--vae FOLDER | --start-from NANO_FOLDER] [--install]
     python -m animegamer.nano vae --dataset DATASETS --out FOLDER [--recipe R]
         [--start-from FOLDER] [--steps N]
 
@@ -67,6 +67,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--vae", type=Path, default=None,
                        help="a trained VAE folder of the recipe's architecture to use instead of "
                             "training the recipe's `vae` section (e.g. assets/nano/vae)")
+    train.add_argument("--start-from", type=Path, default=None,
+                       help="an installed Nano folder (e.g. assets/nano) each character goes on "
+                            "training from, on its VAE: one sitting of recipes/nano-sitting.yaml")
     train.add_argument("--install", action="store_true",
                        help=f"copy the trained characters to {DEFAULT_NANO_DIR} for the app")
     add_verbose_flag(train)
@@ -120,7 +123,8 @@ def run_train(args: argparse.Namespace) -> int:
 
     recipe = args.recipe or (QUICK_RECIPE if args.quick else NANO_RECIPE)
     trained = train_world(args.dataset, args.out, recipe, args.resume, vae=args.vae,
-                          install_to=DEFAULT_NANO_DIR if args.install else None)
+                          install_to=DEFAULT_NANO_DIR if args.install else None,
+                          start_from=args.start_from)
     if trained.installed is not None:
         print(f"installed: {trained.installed} ({', '.join(trained.characters)}; the app plays "
               "them without a GPU)")

@@ -119,28 +119,53 @@ def character_datasets(folder: Path) -> dict[str, Path]:
 def train_world(
     dataset: Path, out: Path, recipe: Path = NANO_RECIPE, resume: bool = False,
     install_to: Path | None = None, say: Callable[[str], None] = print, vae: Path | None = None,
+    start_from: Path | None = None,
 ) -> NanoTraining:
     """Train the world's VAE (or take the trained one at `vae`), then each character of the
     `build_datasets` folder `dataset` (see the module doc); with `install_to` (the app's:
-    `DEFAULT_NANO_DIR`), install them there. Raises `DataError`, `ConversionError` or one of
+    `DEFAULT_NANO_DIR`), install them there. `start_from`: a folder `install` wrote (the
+    committed `assets/nano`): each character goes on from its folder there, on its shared VAE
+    (a sitting: `recipes/nano-sitting.yaml`). Raises `DataError`, `ConversionError` or one of
     `animegamer.train`'s `TRAINING_ERRORS`."""
     from animegamer.nano.renderer import world_scene
     from animegamer.train.run import CHARACTER, TrainOptions, train
 
     datasets = character_datasets(dataset)
+    starts = sitting_starts(start_from, datasets, vae) if start_from is not None else {}
     if vae is not None and not (Path(vae) / "config.json").is_file():
         raise DataError(f"--vae {vae}: not a VAE folder (no config.json)")
+    if start_from is not None:
+        vae = Path(start_from) / VAE
     trained = vae or train_world_vae(list(datasets.values()), out, recipe, resume, say)
     result = NanoTraining(Path(trained))
     for key, folder in datasets.items():
-        say(f"nano train: {key}")
-        options = TrainOptions(resume=resume, vae=result.vae, word_lists=nano_word_lists(),
-                               scenes=world_scene)
+        say(f"nano train: {key}" + (f", going on from {starts[key]}" if starts else ""))
+        options = TrainOptions(resume=resume, vae=None if starts else result.vae,
+                               word_lists=nano_word_lists(), scenes=world_scene,
+                               start_from=starts.get(key))
         train(recipe, folder, out / key, "all", options, say=say)
         result.characters[key] = out / key / CHARACTER
     if install_to is not None:
         result.installed = install(result.vae, result.characters, install_to)
     return result
+
+
+def sitting_starts(start_from: Path, datasets: Mapping[str, Path],
+                   vae: Path | None) -> dict[str, Path]:
+    """Each character's folder under `start_from` (an installed Nano folder), by key;
+    `DataError` before any training when one is missing."""
+    if vae is not None:
+        raise DataError("--start-from goes on with the folder's own VAE; leave out --vae")
+    start_from = Path(start_from)
+    if not (start_from / VAE / "config.json").is_file():
+        raise DataError(f"--start-from {start_from}: no {VAE}/config.json (a folder that "
+                        "`nano train --install` wrote, e.g. assets/nano)")
+    held = sorted(path.parent.name for path in start_from.glob("*/model_index.json"))
+    missing = [key for key in datasets if key not in held]
+    if missing:
+        raise DataError(f"--start-from {start_from}: no trained {', '.join(missing)} there "
+                        f"(it holds {', '.join(held) or 'none'})")
+    return {key: start_from / key for key in datasets}
 
 
 def train_world_vae(datasets: Sequence[Path], out: Path, recipe: Path, resume: bool,

@@ -29,6 +29,7 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKL
 from diffusers.schedulers.scheduling_dpm_cogvideox import CogVideoXDPMScheduler
 from torch import nn
 
+from animegamer.characters.conversion.character import shared_components
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels
 from animegamer.data.scenes import DatasetScenes
@@ -65,13 +66,7 @@ from animegamer.train.loop import (
     shards_parameters,
     train_steps,
 )
-from animegamer.train.recipe import (
-    AdaptRecipe,
-    DecoderInit,
-    DecoderRecipe,
-    Recipe,
-    TinyInit,
-)
+from animegamer.train.recipe import AdaptRecipe, DecoderInit, DecoderRecipe, Recipe, TinyInit
 
 if TYPE_CHECKING:
     from peft import LoraModel
@@ -139,10 +134,13 @@ def latent_size(vae_config: dict) -> tuple[int, int]:
 
 
 def load_pipeline(folder: Path) -> AnimeGamerPipeline:
-    """A pipeline folder with its shot encoder, in fp32 on the CPU."""
+    """A pipeline folder with its shot encoder (a character folder: with the VAE it shares),
+    in fp32 on the CPU."""
     if not (folder / "model_index.json").is_file():
         raise TrainError(f"{folder}: not a pipeline folder (no model_index.json)")
-    pipeline = AnimeGamerPipeline.from_pretrained(folder, dtype=torch.float32)
+    pipeline = AnimeGamerPipeline.from_pretrained(
+        folder, dtype=torch.float32, **shared_components(folder, torch.float32)
+    )
     if pipeline.shot_encoder is None:
         raise TrainError(f"{folder}: the pipeline has no shot_encoder/ to train")
     return pipeline

@@ -66,6 +66,10 @@ class TrainOptions:
     """decoder, adapt, all: the world's backgrounds, for a decoder that draws on them
     (`scene_channels`): a world's command gives its own; by default the dataset's
     (`DatasetScenes`)."""
+    start_from: Path | None = None
+    """decoder, game-state, all: a character folder (a committed one, `assets/nano/qiqi`) whose
+    weights the phases go on training instead of the recipe's `init` sections (`continuing`):
+    a model that needs more than one sitting accumulates its training."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,22 @@ def with_trained_vae(recipe: Recipe, vae: Path) -> Recipe:
     tiny = decoder.init.tiny.model_copy(update={"vae": vae})
     init = decoder.init.model_copy(update={"tiny": tiny})
     return recipe.model_copy(update={"decoder": decoder.model_copy(update={"init": init})})
+
+
+def continuing(recipe: Recipe, character: Path) -> Recipe:
+    """`recipe` going on from the character folder `character`: phase a from its pipeline
+    (with the VAE it shares), phase b from its game-state model, and no `vae` section (the
+    folder's VAE stays)."""
+    from animegamer.train.recipe import CharacterInit, DecoderInit
+
+    update: dict[str, object] = {"vae": None}
+    if recipe.decoder is not None:
+        init = DecoderInit(pipeline=character)
+        update["decoder"] = recipe.decoder.model_copy(update={"init": init})
+    if recipe.game_state is not None:
+        init_b = CharacterInit(character=character)
+        update["game_state"] = recipe.game_state.model_copy(update={"init": init_b})
+    return recipe.model_copy(update=update)
 
 
 def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
@@ -260,6 +280,10 @@ def checked_recipe(request: TrainRequest) -> Recipe:
         if request.phases not in ("decoder", "all"):
             raise ValueError(f"--vae is for the decoder and all commands, not {request.phases}")
         recipe = with_trained_vae(recipe, options.vae)
+    if options.start_from is not None:
+        if options.vae is not None:
+            raise ValueError("--start-from goes on with the folder's own VAE; leave out --vae")
+        recipe = continuing(recipe, options.start_from)
     return recipe
 
 
@@ -324,8 +348,11 @@ def run_vae(request: TrainRequest, recipe: Recipe, accelerator: Accelerator,
 def finish_character(request: TrainRequest, game_state: Path, result: TrainResult,
                      accelerator: Accelerator, say: Callable[[str], None]) -> None:
     """`all`'s character folder, and its Hub upload when asked."""
-    # the card shows the recipe as written, not with the VAE path this run filled in
+    # the card shows the recipe as written (and the folder it went on from), not with the VAE
+    # path this run filled in
     written = load_recipe(*request.recipes, word_lists=request.options.word_lists)
+    if request.options.start_from is not None:
+        written = continuing(written, request.options.start_from)
     character = assemble(request, written, game_state)
     _record(result, CHARACTER, character, accelerator, say)
     if request.options.push_to_hub:
