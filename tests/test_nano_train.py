@@ -111,6 +111,9 @@ def _a_sitting_goes_on_from_the_installed_folders(datasets, installed, tmp_path)
             assert before.keys() == after.keys()
             for name, tensor in before.items():
                 assert torch.allclose(after[name], tensor, atol=1e-5), (key, part, name)
+        card = (run / key / "character" / "README.md").read_text(encoding="utf-8")
+        assert f"went on training from an earlier `{key}` folder" in card
+        assert str(tmp_path) not in card  # the card names no path of the training machine
     (installed / "sosuke" / "model_index.json").unlink()
     assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(tmp_path / "r2"),
                           "--recipe", str(recipe), "--start-from", str(installed)]) == 2

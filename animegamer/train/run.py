@@ -175,6 +175,16 @@ def continuing(recipe: Recipe, character: Path) -> Recipe:
     return recipe.model_copy(update=update)
 
 
+def continued_note(start_from: Path | None) -> str:
+    """The card's word on a run that went on from an earlier character folder (by its name
+    only: the card names no path of the training machine)."""
+    if start_from is None:
+        return ""
+    return (f"These weights went on training from an earlier `{Path(start_from).name}` folder "
+            "(`start_from`): its steps come before this recipe's, whose `init` sections that "
+            "folder replaced.")
+
+
 def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
     """`all`'s last step: the character folder OUT/character, with the dataset's scenes
     (`scenes/`) when its decoder drew on them."""
@@ -191,6 +201,7 @@ def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
         dataset=str(request.dataset),
         recipe=recipe.model_dump(mode="json"),
         phase_dirs={phase: request.out / LOGS / phase for phase in phases},
+        notes=continued_note(request.options.start_from),
     )
     character = assemble_character(
         request.out / CHARACTER, name, game_state, request.out / ADAPTED, summary
@@ -348,11 +359,8 @@ def run_vae(request: TrainRequest, recipe: Recipe, accelerator: Accelerator,
 def finish_character(request: TrainRequest, game_state: Path, result: TrainResult,
                      accelerator: Accelerator, say: Callable[[str], None]) -> None:
     """`all`'s character folder, and its Hub upload when asked."""
-    # the card shows the recipe as written (and the folder it went on from), not with the VAE
-    # path this run filled in
+    # the card shows the recipe as written, not with the VAE path this run filled in
     written = load_recipe(*request.recipes, word_lists=request.options.word_lists)
-    if request.options.start_from is not None:
-        written = continuing(written, request.options.start_from)
     character = assemble(request, written, game_state)
     _record(result, CHARACTER, character, accelerator, say)
     if request.options.push_to_hub:
