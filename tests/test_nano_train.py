@@ -114,6 +114,15 @@ def _a_sitting_goes_on_from_the_installed_folders(datasets, installed, tmp_path)
         card = (run / key / "character" / "README.md").read_text(encoding="utf-8")
         assert f"went on training from an earlier `{key}` folder" in card
         assert str(tmp_path) not in card  # the card names no path of the training machine
+    # a sitting keeps the folder's VAE: another one beside it is refused, by the command and
+    # by `train` itself
+    assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(tmp_path / "r2"),
+                          "--recipe", str(recipe), "--start-from", str(installed), "--vae",
+                          str(installed / "vae")]) == 2
+    with pytest.raises(ValueError, match="leave out --vae"):
+        train_run.train(recipe, datasets / "qiqi", tmp_path / "r2", "all", train_run.TrainOptions(
+            vae=installed / "vae", start_from=installed / "qiqi",
+            word_lists=make_world.nano_word_lists()))
     (installed / "sosuke" / "model_index.json").unlink()
     assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(tmp_path / "r2"),
                           "--recipe", str(recipe), "--start-from", str(installed)]) == 2
