@@ -160,6 +160,19 @@ def train_stage(options: CreateOptions, prepared: Prepared, say: Callable[[str],
         say(f"  {phase}: {steps} steps, loss {first:.4f} → {last:.4f}")
 
 
+def phase_plan(recipe: Recipe) -> str:
+    """The training stage's phases and their steps, said before it starts (each phase then
+    says how far it is and about how long it has left: `animegamer.cli.progress`)."""
+    steps = {
+        "vae": recipe.vae.steps if recipe.vae else 0,
+        "decoder": recipe.decoder.warmup_steps + recipe.decoder.joint_steps if recipe.decoder
+        else 0,
+        "game state": recipe.game_state.steps if recipe.game_state else 0,
+        "adapt": recipe.adapt.steps if recipe.adapt else 0,
+    }
+    return ", ".join(f"{phase} {count} steps" for phase, count in steps.items() if count)
+
+
 def phase_losses(run: Path) -> dict[str, tuple[int, float, float]]:
     """Each trained phase's steps and first and last loss (from OUT/run/logs)."""
     losses = {}
@@ -224,10 +237,11 @@ def create_character(options: CreateOptions, say: Callable[[str], None] = print)
     prepared = prepare(options)
     say(f"[1/3] data: {options.videos} → {options.dataset} "
         f"({prepared.data.clip_size[0]}×{prepared.data.clip_size[1]}, "
-        f"{prepared.data.features} towers)")
+        f"{prepared.data.features} towers); each step reports its time left as it goes")
     build_stage(prepared, say)
     say(f"  time: {prepared.seconds['data']:.1f} s")
     say(f"[2/3] training: {' + '.join(map(str, options.recipes))} → {options.run}")
+    say(f"  {phase_plan(prepared.recipe)}; each phase reports its time left as it goes")
     train_stage(options, prepared, say)
     say(f"  time: {prepared.seconds['train']:.1f} s; character folder: {options.character_dir}")
     splits = read_rows(options.dataset)

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from animegamer.cli.progress import progress
 from animegamer.data import dataset, layout
 from animegamer.data.annotate import (
     ANSWER_FIELDS,
@@ -191,7 +191,7 @@ def _extract_stage(
         results = (extract_video(job, options.extract) for job in jobs)
     records, kept = [], 0
     try:
-        with tqdm(total=len(videos), desc="clips", unit="video", disable=None) as bar:
+        with progress(total=len(videos), desc="clips", unit="video") as bar:
             for _, name in videos:
                 record = last[name] if _finished(last.get(name), cap) else next(results)
                 records.append(record)
@@ -243,7 +243,7 @@ def _batches(
     """
     batches = [items[begin : begin + size] for begin in range(0, len(items), size)]
     pending = [batch for batch in batches if not all(done(item) for item in batch)]
-    with tqdm(total=sum(map(len, pending)), desc=desc, unit="shot", disable=None) as bar:
+    with progress(total=sum(map(len, pending)), desc=desc, unit="shot") as bar:
         for batch in pending:
             yield batch
             bar.update(len(batch))

@@ -51,9 +51,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+from animegamer.cli.progress import progress
 from animegamer.data.dataset import read_rows
 from animegamer.game.representation import REPRESENTATION_TOKENS
 from animegamer.game.rules import GameStates
@@ -464,8 +464,8 @@ def train_game_state(
 
     trainer = _Trainer(accelerator, peft_model, optimizer, trainable, encoder, tokenizer, dataset,
                        recipe)
-    bar = tqdm(range(start, stop), initial=start, total=stop, desc="game state", unit="step",
-               disable=not accelerator.is_local_main_process)
+    bar = progress(range(start, stop), initial=start, total=stop, desc="game state",
+                   disable=not accelerator.is_local_main_process)
     try:
         for step in bar:
             record = {"step": step + 1, **trainer.step(schedule.batch(step, recipe.batch_size))}

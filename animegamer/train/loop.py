@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from torch.optim.lr_scheduler import LambdaLR
-from tqdm.auto import tqdm
 from transformers import get_constant_schedule, get_cosine_schedule_with_warmup
+
+from animegamer.cli.progress import progress
 
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_STATE = "trainer_state.json"
@@ -243,10 +244,8 @@ def train_steps(
     log = losses_path(out, settings.phase)
     if accelerator.is_main_process:
         log.parent.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(
-        total=total, initial=start, desc=settings.phase,
-        disable=not accelerator.is_local_main_process,
-    )
+    bar = progress(total=total, initial=start, desc=settings.phase,
+                   disable=not accelerator.is_local_main_process)
     scheduler = lr_scheduler(optimizer, settings.lr_schedule, settings.lr, start, total)
     for step in range(start, end):
         losses = []

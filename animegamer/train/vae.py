@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
 
+from animegamer.cli.progress import progress
 from animegamer.data.dataset import read_rows
 from animegamer.data.decode import read_clip
 from animegamer.train.recipe import VaeRecipe
@@ -83,8 +84,6 @@ def train_vae(
     `start_from`: a VAE folder of the recipe's architecture (a committed or interrupted run) to
     go on training from, so a VAE that needs more steps than one sitting accumulates them;
     the learning rate schedule starts afresh. Fresh random weights without it."""
-    from tqdm.auto import tqdm
-
     paths = interleaved_clip_paths(datasets)
     first = read_clip(paths[0])
     clips = _clip_reader(paths, first.nbytes)
@@ -104,10 +103,10 @@ def train_vae(
     out.mkdir(parents=True, exist_ok=True)
     losses = losses or out / "losses.jsonl"
     losses.parent.mkdir(parents=True, exist_ok=True)
-    with losses.open("a", encoding="utf-8") as log, tqdm(
-        range(steps), desc="vae"
-    ) as progress:
-        for step in progress:
+    with losses.open("a", encoding="utf-8") as log, progress(
+        range(steps), total=steps, desc="vae"
+    ) as bar:
+        for step in bar:
             picked = rng.sample(range(len(paths)), min(recipe.batch_size, len(paths)))
             batch = torch.stack([_crop(_window(clip_tensor(clips(i)), recipe.train_frames, rng),
                                        recipe.train_crop, rng) for i in picked])
@@ -124,7 +123,7 @@ def train_vae(
                 record = {"step": done + step + 1, "loss": loss.item(), "l1": l1.item()}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-                progress.set_postfix(l1=f"{l1.item():.4f}")
+                bar.set_postfix(l1=f"{l1.item():.4f}")
             if (step + 1) % recipe.save_every == 0 and step + 1 < steps:
                 _save(vae, out, done + step + 1)
                 vae.train()
