@@ -63,6 +63,7 @@ def test_quick_training_makes_one_folder_per_character_sharing_one_vae(tmp_path,
         assert (manifest[SHARED_VAE_KEY], manifest[WORLD_KEY]) == ("vae", NANO_WORLD)
         assert not (installed / key / "vae").exists()
         assert vae_folder(installed / key) == installed / "vae"
+        assert (installed / key / "preview.safetensors").is_file()  # fitted before it ships
     assert not (installed / "vae" / "losses.jsonl").exists()
 
     engine = create_nano_engine(Settings(output_dir=tmp_path / "clips", nano_dir=installed,

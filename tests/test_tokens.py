@@ -155,6 +155,15 @@ def test_saved_tokenizer_loads_without_sentencepiece_or_protobuf(tiny_tokenizer,
         text, add_special_tokens=False)
 
 
+@pytest.mark.parametrize("folder", ["assets/nano/qiqi/tokenizer", "assets/nano/sosuke/tokenizer"])
+def test_a_loaded_tokenizer_saves_the_same_files(folder, tmp_path) -> None:
+    """A character trained on from a folder re-saves its tokenizer: the same bytes, not the
+    loading machine's keys (`is_local`) or another class name."""
+    load_tokenizer(REPO_ROOT / folder).save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / name).read_bytes() == (REPO_ROOT / folder / name).read_bytes(), name
+
+
 def test_prompt_text_is_normalised_like_instruction_fields() -> None:
     assert normalise_field("  Character:\tQiqi;\n Motion:  run <TURN> ") == (
         "Character: Qiqi; Motion: run TURN")

@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from diffusers import AutoencoderKLCogVideoX
 
 from animegamer.characters.conversion.character import check_layout, read_manifest, vae_folder
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.game.rules import make_instruction, new_session
+from animegamer.models.latent_preview import PREVIEW_FILE, LatentPreview
 from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.models.tiny_shot_encoder import tiny_shot_encoder, tiny_shot_towers
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
@@ -56,7 +58,11 @@ def test_the_assembled_folder_is_a_character_the_engine_plays(phase_outputs, tmp
     card = (out / "README.md").read_text()
     assert "| decoder | 20 | 0.9000 | 0.4000 |" in card and "| CLIP-I | 0.5000 |" in card
     assert not (tmp_path / "qiqi.partial").exists()
-    assert AnimeGamerPipeline.from_pretrained(out).shot_encoder is not None
+    pipeline = AnimeGamerPipeline.from_pretrained(out)
+    assert pipeline.shot_encoder is not None
+    # the live-preview map comes with the folder, fitted on the folder's VAE
+    shipped, fitted = LatentPreview.load(out / PREVIEW_FILE), LatentPreview.fit(pipeline.vae)
+    torch.testing.assert_close(shipped.weight, fitted.weight, rtol=0, atol=0)
 
     engine = create_nano_engine(Settings(output_dir=tmp_path / "clips", nano_dir=tmp_path,
                                          nano_steps=2))

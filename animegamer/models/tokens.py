@@ -151,9 +151,17 @@ def build_tokenizer(base_dir: str | Path) -> PreTrainedTokenizerFast:
     return add_animegamer_tokens(LlamaTokenizer.from_pretrained(str(base_dir)))
 
 
+LOADING_KEYS = ("is_local", "local_files_only")
+"""What `from_pretrained` records about where it loaded from, not about the tokenizer."""
+
+
 def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerFast:
-    """A tokenizer saved by `build_tokenizer(...).save_pretrained`; needs no sentencepiece."""
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(directory))
+    """A tokenizer saved by `build_tokenizer(...).save_pretrained`, read from its tokenizer.json
+    by the class that wrote it, so saving it again writes the same files (a character trained
+    on from a folder keeps that folder's tokenizer files)."""
+    tokenizer = LlamaTokenizer.from_pretrained(str(directory))
+    for key in LOADING_KEYS:
+        tokenizer.init_kwargs.pop(key, None)
     check_tokenizer(tokenizer)
     return tokenizer
 

@@ -23,6 +23,7 @@ from animegamer.models.game_state_defaults import (
     RESAMPLERS_NAME,
     TOKENIZER_FOLDER,
 )
+from animegamer.models.latent_preview import PREVIEW_FILE, LatentPreview
 from animegamer.pipelines.animegamer.model_index import write_model_index
 
 GAME_STATE_PARTS = (LLM_FOLDER, RESAMPLERS_NAME, TOKENIZER_FOLDER, GAME_STATE_CONFIG_NAME)
@@ -63,9 +64,19 @@ def assemble_character(
     write_manifest(staging, name, sources)
     (staging / CARD_NAME).write_text(model_card(name, summary), encoding="utf-8")
     check_layout(staging)
+    _write_preview(staging)
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out
+
+
+def _write_preview(folder: Path) -> None:
+    """The live-preview map of the folder's VAE (`latent_preview`), so the folder is complete
+    as trained rather than fitted into place by its first load."""
+    from diffusers.models.autoencoders.autoencoder_kl_cogvideox import AutoencoderKLCogVideoX
+
+    vae = AutoencoderKLCogVideoX.from_pretrained(folder / "vae")
+    LatentPreview.fit(vae).save(folder / PREVIEW_FILE)
 
 
 def _copy(source: Path, target: Path) -> None:
