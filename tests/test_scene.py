@@ -185,6 +185,29 @@ def test_a_character_trained_on_its_own_videos_keeps_their_scenes_and_plays_on_t
     assert np.array_equal(models.scenes("night", "harbour"), table.scenes[("day", "sky")])
 
 
+def test_a_scene_reads_a_bounded_number_of_shots_spread_over_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large dataset's median holds at most `shots_per_scene` clips of a scene in memory:
+    the first, the last and those evenly between, and still drops the moving square."""
+    from animegamer.data import scenes as scenes_module
+    from animegamer.data.dataset import read_rows
+    from animegamer.data.scenes import median_scenes
+
+    dataset = build_dataset(tmp_path / "dataset")
+    rows = read_rows(dataset)["train"]
+    read: list[str] = []
+    original = scenes_module.read_clip
+    monkeypatch.setattr(scenes_module, "read_clip",
+                        lambda path: read.append(Path(path).name) or original(path))
+    scenes = median_scenes(dataset, rows, shots_per_scene=3)
+    names = [Path(row["clip_path"]).name for row in rows]
+    assert len(names) == 6 and read == [names[0], names[2], names[5]]
+    background = np.zeros((64, 96, 3), np.uint8)
+    background[..., 2] = 40
+    assert np.abs(scenes[("day", "sky")].astype(int) - background).mean() < 4
+
+
 def test_a_scene_table_falls_back_to_the_place_then_to_any_scene(tmp_path: Path) -> None:
     day, night, road = image(5), image(6), image(7)
     table = SceneTable({("day", "sky"): day, ("night", "sky"): night, ("day", "road"): road})

@@ -27,6 +27,8 @@ SCENES = "scenes"
 INDEX = "index.json"
 SAMPLED_FRAMES = (0, 4, 8, 12, 16)
 """The frames of each shot that the median reads."""
+SHOTS_PER_SCENE = 64
+"""The shots a scene's median reads at most: 320 frames, 320 MB at the paper's 480×720."""
 
 SceneKey = tuple[str, str]
 """A scene by its (time, place)."""
@@ -37,18 +39,26 @@ def scene_key(row: Mapping[str, Any]) -> SceneKey:
     return str(row["time"]), str(row["place"])
 
 
-def median_scenes(dataset: Path, rows: Sequence[dict[str, Any]]) -> dict[SceneKey, np.ndarray]:
-    """The background of every (time, place) the rows name: the per-pixel median of their
-    clips' sampled frames."""
-    frames: dict[SceneKey, list[np.ndarray]] = defaultdict(list)
+def median_scenes(
+    dataset: Path, rows: Sequence[dict[str, Any]], shots_per_scene: int = SHOTS_PER_SCENE
+) -> dict[SceneKey, np.ndarray]:
+    """The background of every (time, place) the rows name: the per-pixel median of the
+    sampled frames of at most `shots_per_scene` of its clips, spread evenly over its rows (so
+    memory stays bounded, whatever the dataset's size)."""
+    by_key: dict[SceneKey, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        clip = read_clip(dataset / row["clip_path"])
-        chosen = [index for index in SAMPLED_FRAMES if index < len(clip)]
-        frames[scene_key(row)].extend(clip[chosen])
-    if not frames:
+        by_key[scene_key(row)].append(row)
+    if not by_key:
         raise DataError(f"{dataset}: no shots to estimate the scenes from")
-    return {key: np.median(np.stack(images), axis=0).astype(np.uint8)
-            for key, images in sorted(frames.items())}
+    scenes = {}
+    for key, key_rows in sorted(by_key.items()):
+        picked = np.linspace(0, len(key_rows) - 1, min(len(key_rows), shots_per_scene))
+        frames: list[np.ndarray] = []
+        for index in np.unique(picked.round().astype(int)):
+            clip = read_clip(dataset / key_rows[index]["clip_path"])
+            frames.extend(clip[[i for i in SAMPLED_FRAMES if i < len(clip)]])
+        scenes[key] = np.median(np.stack(frames), axis=0).astype(np.uint8)
+    return scenes
 
 
 class SceneTable:
