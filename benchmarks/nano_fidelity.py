@@ -17,9 +17,10 @@ issue's measures, Nano against the world through mp4 (the ceiling):
 `--strip PNG` writes the world over Nano, frames 0/8/16, for the first clips, 3× enlarged.
 
     .venv/bin/python benchmarks/nano_fidelity.py [--nano-dir assets/nano] [--turns 12]
-        [--seed 2026] [--guidance G] [--strip docs/images/nano-fidelity.png]
+        [--seed 2026] [--guidance G] [--steps N] [--strip docs/images/nano-fidelity.png]
 
-`--guidance` is the classifier-free guidance's `g` (default: what the app plays Nano at).
+`--guidance` is the classifier-free guidance's `g` and `--steps` the decoder's diffusion steps
+(defaults: what the app plays Nano at).
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--guidance", type=float, default=Settings().nano_guidance)
+    parser.add_argument("--steps", type=int, default=Settings().nano_steps,
+                        help="the decoder's diffusion steps (default: the app's)")
     parser.add_argument("--strip", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -133,6 +136,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         engine = create_nano_engine(Settings(engine="nano", nano_dir=args.nano_dir,
                                              nano_guidance=args.guidance,
+                                             nano_steps=args.steps,
                                              output_dir=Path(folder) / "clips"))
         for character in ("Qiqi", "Sosuke"):
             scores = Scores()
