@@ -95,6 +95,7 @@ def _a_sitting_goes_on_from_the_installed_folders(datasets, installed, tmp_path)
 
     sitting = yaml.safe_load(make_world.QUICK_RECIPE.read_text())
     del sitting["vae"]
+    sitting["continues"] = True
     sitting["decoder"].update(warmup_steps=0, joint_steps=2, lr=1e-9)
     sitting["game_state"].update(steps=2, lr=1e-9)
     sitting["adapt"].update(steps=1, lr=1e-9)
@@ -124,6 +125,12 @@ def _a_sitting_goes_on_from_the_installed_folders(datasets, installed, tmp_path)
         train_run.train(recipe, datasets / "qiqi", tmp_path / "r2", "all", train_run.TrainOptions(
             vae=installed / "vae", start_from=installed / "qiqi",
             word_lists=make_world.nano_word_lists()))
+    # a sitting's recipe without the folder it goes on from would train fresh weights briefly
+    with pytest.raises(ValueError, match="give --start-from"):  # before the world's VAE
+        make_world.train_world(datasets, tmp_path / "r2", recipe)
+    with pytest.raises(ValueError, match="give --start-from"):
+        train_run.train(recipe, datasets / "qiqi", tmp_path / "r2", "all", train_run.TrainOptions(
+            vae=installed / "vae", word_lists=make_world.nano_word_lists()))
     (installed / "sosuke" / "model_index.json").unlink()
     assert nano_cli.main(["train", "--dataset", str(datasets), "--out", str(tmp_path / "r2"),
                           "--recipe", str(recipe), "--start-from", str(installed)]) == 2

@@ -128,8 +128,10 @@ def train_world(
     (a sitting: `recipes/nano-sitting.yaml`). Raises `DataError`, `ConversionError` or one of
     `animegamer.train`'s `TRAINING_ERRORS`."""
     from animegamer.nano.renderer import world_scene
-    from animegamer.train.run import CHARACTER, TrainOptions, train
+    from animegamer.train.recipe import load_recipe
+    from animegamer.train.run import CHARACTER, TrainOptions, check_continuation, train
 
+    check_continuation(load_recipe(recipe, word_lists=nano_word_lists()), str(recipe), start_from)
     datasets = character_datasets(dataset)
     starts = sitting_starts(start_from, datasets, vae) if start_from is not None else {}
     if vae is not None and not (Path(vae) / "config.json").is_file():

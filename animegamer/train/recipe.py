@@ -343,6 +343,9 @@ class Recipe(_Section):
     keep_checkpoints: int = Field(default=2, gt=0)
     """Phases a and c keep their newest this many checkpoints (phase b: its own field)."""
     log_every: int = Field(default=10, gt=0)
+    continues: bool = False
+    """A sitting that goes on from a trained folder (`start_from`, which replaces its `init`
+    sections): run without one, it would train fresh weights for a sitting's few steps."""
     vae: VaeRecipe | None = None
     decoder: DecoderRecipe | None = None
     game_state: GameStateRecipe | None = None

@@ -291,11 +291,19 @@ def checked_recipe(request: TrainRequest) -> Recipe:
         if request.phases not in ("decoder", "all"):
             raise ValueError(f"--vae is for the decoder and all commands, not {request.phases}")
         recipe = with_trained_vae(recipe, options.vae)
+    check_continuation(recipe, request.recipe_name, options.start_from)
     if options.start_from is not None:
         if options.vae is not None:
             raise ValueError("--start-from goes on with the folder's own VAE; leave out --vae")
         recipe = continuing(recipe, options.start_from)
     return recipe
+
+
+def check_continuation(recipe: Recipe, name: str, start_from: Path | None) -> None:
+    """`RecipeError` for a sitting's recipe (`continues`) without the folder it goes on from."""
+    if recipe.continues and start_from is None:
+        raise RecipeError(f"{name} goes on from trained weights (continues: true): give "
+                          "--start-from FOLDER (e.g. assets/nano)")
 
 
 def train(
