@@ -72,9 +72,9 @@ def test_a_terminal_gets_tqdm_and_a_log_gets_lines(monkeypatch):
         def isatty(self) -> bool:
             return True
 
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert isinstance(progress(total=3, desc="clips", unit="video"), LineProgress)
-    monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setattr(sys, "stdout", Terminal())
     bar = progress(total=3, desc="clips", unit="video")
     assert isinstance(bar, tqdm) and not isinstance(bar, LineProgress)
     bar.close()

@@ -7,6 +7,9 @@ estimate of the time left, and one line when it ends:
 
     decoder: 250/1000 steps, loss 0.1234; 4.1 min so far, about 12 min left
     decoder: 1000/1000 steps in 16 min
+
+The lines go to standard output with the command's other lines, in their order; standard error
+keeps only warnings and errors (a refused input is one line there).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class LineProgress:
     ) -> None:
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
         self.n = self.initial = initial
-        self.stream = stream if stream is not None else sys.stderr
+        self.stream = stream if stream is not None else sys.stdout
         self.interval, self.clock = interval, clock
         self.started = self.last_line = clock()
         self.postfix = ""
@@ -116,6 +119,6 @@ def progress(
     """The stage's progress: tqdm's bar on a terminal, `LineProgress` elsewhere, nothing when
     `disable` (another process of a multi-process run speaks for it). Use it as tqdm: iterate
     it, or `update` / `set_postfix` / `close` it, or hold it in a `with`."""
-    if disable or sys.stderr.isatty():
+    if disable or sys.stdout.isatty():
         return tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit, disable=disable)
     return LineProgress(iterable, total=total, desc=desc, unit=unit, initial=initial)
