@@ -90,6 +90,8 @@ def test_the_worked_example_makes_a_character_that_plays(workspace, capsys):
     assert "repo: ./runs/kiki/run/character" in registry
     scenes = json.loads(Path("runs/kiki/run/character/scenes/index.json").read_text())
     assert "day|cliff" in scenes  # the clips are drawn on the footage's own backgrounds
+    manifest = json.loads(Path("runs/kiki/run/character/animegamer.json").read_text())
+    assert manifest["guidance_scale"] == 1.0  # the recipe's play_guidance, which play takes
 
     assert play[:4] == [".venv/bin/python", "-m", "animegamer", "play"]
     assert last[-3:] == play[-3:]  # the README's turns are the ones create prints

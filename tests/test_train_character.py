@@ -9,7 +9,12 @@ import pytest
 import torch
 from diffusers import AutoencoderKLCogVideoX
 
-from animegamer.characters.conversion.character import check_layout, read_manifest, vae_folder
+from animegamer.characters.conversion.character import (
+    GUIDANCE_KEY,
+    check_layout,
+    read_manifest,
+    vae_folder,
+)
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.game.rules import make_instruction, new_session
 from animegamer.models.latent_preview import PREVIEW_FILE, LatentPreview
@@ -17,9 +22,11 @@ from animegamer.models.tiny_game_state import save_tiny_game_state
 from animegamer.models.tiny_shot_encoder import tiny_shot_encoder, tiny_shot_towers
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
 from animegamer.pipelines.animegamer.tiny import tiny_pipeline
+from animegamer.serving.clips import ClipStore
 from animegamer.serving.devices import CPU_PLACEMENT
+from animegamer.serving.engine import TurnEngine
 from animegamer.serving.loading import load_character_models
-from animegamer.serving.settings import Settings
+from animegamer.serving.settings import EngineKind, Settings
 from animegamer.serving.stand_ins import create_nano_engine
 from animegamer.train.character import TrainingSummary, assemble_character
 
@@ -134,3 +141,38 @@ def test_a_shared_vae_must_be_a_folder_beside_the_character(phase_outputs, tmp_p
     _set_manifest(out, shared_vae=shared)
     with pytest.raises(ConversionError, match="must name a folder beside the character"):
         check_layout(out)
+
+
+def test_a_character_plays_at_the_guidance_its_folder_names(phase_outputs, tmp_path,
+                                                            monkeypatch):
+    """A recipe's `play_guidance` goes into the manifest and replaces the engine's guidance for
+    that character only; a folder that names none plays at the engine's."""
+    summary = TrainingSummary(dataset="d", recipe={})
+    named = assemble_character(tmp_path / "kiki", "Kiki", phase_outputs / "game_state",
+                               phase_outputs / "decoder", summary, play_guidance=1.0)
+    plain = assemble_character(tmp_path / "qiqi", "Qiqi", phase_outputs / "game_state",
+                               phase_outputs / "decoder", summary)
+    assert read_manifest(named)[GUIDANCE_KEY] == 1.0 and GUIDANCE_KEY not in read_manifest(plain)
+    folders = {"Kiki": named, "Qiqi": plain}
+    seen: list[float] = []
+    original = AnimeGamerPipeline.__call__
+
+    def recording(self, *args, **kwargs):
+        seen.append(kwargs["guidance_scale"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(AnimeGamerPipeline, "__call__", recording)
+    engine = TurnEngine(lambda character, placement: load_character_models(
+                            folders[character], placement, live_preview=False),
+                        kind=EngineKind.REAL, placement=CPU_PLACEMENT, num_inference_steps=1,
+                        guidance_scale=6.0, clips=ClipStore(tmp_path / "clips"))
+    for character in ("Kiki", "Qiqi"):
+        instruction = make_instruction({"character": character, "adverb": "slowly",
+                                        "motion": "walk", "time": "day", "place": "town"})
+        engine.play(new_session(character, window=1), instruction, seed=0)
+    assert seen == [1.0, 6.0]
+
+    _set_manifest(named, guidance_scale="low")
+    with pytest.raises(ConversionError, match=r"guidance_scale must be a number in 1\.\.20, "
+                                              r"got 'low'"):
+        load_character_models(named, CPU_PLACEMENT)

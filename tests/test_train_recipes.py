@@ -82,6 +82,7 @@ def test_the_cpu_recipe_names_nanos_vae_and_says_where_its_path_is_read_from(
     tiny = recipe.decoder.init.tiny
     assert tiny.vae == Path("assets/nano/vae") and tiny.scene_channels == 16
     assert recipe.vae is None  # the VAE is the world's, not trained again
+    assert recipe.decoder.play_guidance == 1.0  # a CPU-trained decoder overshoots at 6
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RecipeError, match=r"assets/nano/vae is not a VAE folder .*relative to "
                                           r"the folder the command runs in"):

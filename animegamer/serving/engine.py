@@ -60,13 +60,15 @@ class CharacterModelsLoader(Protocol):
 @dataclass
 class CharacterModels:
     """The two networks that play one character, the decoder's live-preview map (None when
-    live previews are off), and the world's scenes for a decoder that draws on them (None for
-    one that does not)."""
+    live previews are off), the world's scenes for a decoder that draws on them (None for
+    one that does not), and the guidance its folder says the decoder plays at (None: the
+    engine's)."""
 
     game_state: GameStateModel
     decoder: AnimeGamerPipeline
     preview: LatentPreview | None = None
     scenes: SceneSource | None = None
+    guidance_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -395,7 +397,8 @@ class TurnEngine:
             [turn.representation for turn in turns],
             motion_level=levels,
             num_inference_steps=steps,
-            guidance_scale=self.guidance_scale,
+            guidance_scale=(self.guidance_scale if models.guidance_scale is None
+                            else models.guidance_scale),
             generator=[torch.Generator("cpu").manual_seed(turn.seed) for turn in turns],
             callback_on_step_end=on_step_end,
             callback_on_step_end_tensor_inputs=[

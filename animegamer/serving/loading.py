@@ -31,7 +31,7 @@ def load_character_models(
     folder its manifest names, if it names one (`convert.character.shared_components`), and its
     live-preview map when `live_preview` (`LatentPreview.for_folder`: fitted against the placed
     VAE and saved in the folder when it has none)."""
-    from animegamer.characters.conversion.character import shared_components
+    from animegamer.characters.conversion.character import folder_guidance, shared_components
 
     game_state = GameStateModel.from_pretrained(
         directory, device=placement.load_device, dtype=placement.game_state_dtype,
@@ -61,7 +61,8 @@ def load_character_models(
         # transformers wraps `.to` in a decorator whose stub mypy reads as unbound
         game_state.to(placement.storage_device)  # type: ignore[arg-type]
     return CharacterModels(game_state=game_state, decoder=decoder, preview=preview,
-                           scenes=world_scenes(directory, decoder))
+                           scenes=world_scenes(directory, decoder),
+                           guidance_scale=folder_guidance(directory))
 
 
 def world_scenes(directory: Path, decoder: AnimeGamerPipeline) -> SceneSource | None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from animegamer.cli.exit_codes import EXIT_ERROR, EXIT_OK
-from animegamer.cli.output import add_verbose_flag, configure_output
+from animegamer.cli.output import add_verbose_flag, configure_output, hide_progress_bars
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_output(args.verbose)
+    if not args.verbose:
+        hide_progress_bars()
     from animegamer.train.run import TRAINING_ERRORS, TrainOptions, train
 
     options = TrainOptions(

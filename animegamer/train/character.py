@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from animegamer.characters.conversion.character import CARD_NAME, check_layout, write_manifest
+from animegamer.characters.conversion.character import (
+    CARD_NAME,
+    GUIDANCE_KEY,
+    check_layout,
+    write_manifest,
+)
 from animegamer.models.game_state_defaults import (
     GAME_STATE_CONFIG_NAME,
     LLM_FOLDER,
@@ -44,10 +49,12 @@ class TrainingSummary:
 
 
 def assemble_character(
-    out: Path, name: str, game_state_dir: Path, decoder_dir: Path, summary: TrainingSummary
+    out: Path, name: str, game_state_dir: Path, decoder_dir: Path, summary: TrainingSummary,
+    play_guidance: float | None = None,
 ) -> Path:
     """Write the character folder `out` from the game-state model's and the decoder's folders;
-    returns `out`. An existing `out` is replaced only once the new folder is complete."""
+    returns `out`. An existing `out` is replaced only once the new folder is complete.
+    `play_guidance`: the guidance its manifest says the decoder plays at (None: the engine's)."""
     out = Path(out)
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -61,7 +68,8 @@ def assemble_character(
     write_model_index(staging)
     sources = {"dataset": {"path": portable_path(summary.dataset)},
                "recipe": {"digest": _digest(summary.recipe)}}
-    write_manifest(staging, name, sources)
+    extra = {} if play_guidance is None else {GUIDANCE_KEY: play_guidance}
+    write_manifest(staging, name, sources, extra)
     (staging / CARD_NAME).write_text(model_card(name, summary), encoding="utf-8")
     check_layout(staging)
     _write_preview(staging)

@@ -204,7 +204,8 @@ def assemble(request: TrainRequest, recipe: Recipe, game_state: Path) -> Path:
         notes=continued_note(request.options.start_from),
     )
     character = assemble_character(
-        request.out / CHARACTER, name, game_state, request.out / ADAPTED, summary
+        request.out / CHARACTER, name, game_state, request.out / ADAPTED, summary,
+        play_guidance=None if recipe.decoder is None else recipe.decoder.play_guidance,
     )
     config = json.loads((character / "transformer" / "config.json").read_text())
     scenes = request.options.scenes

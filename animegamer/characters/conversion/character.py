@@ -39,6 +39,10 @@ SHARED_VAE_KEY = "shared_vae"
 WORLD_KEY = "world"
 """Manifest key: the small world a trained character lives in (`animegamer.nano.NANO_WORLD`),
 whose probes evaluation runs on its clips."""
+GUIDANCE_KEY = "guidance_scale"
+"""Manifest key: the classifier-free guidance's `g` the folder's decoder plays at, where it is
+not the release's (a small decoder trained on a CPU overshoots at 6: docs/nano.md); the engine
+takes it over `ANIMEGAMER_GUIDANCE`."""
 MODEL_INDEX_NAME = "model_index.json"
 """Makes the folder's decoder part a diffusers pipeline folder (`AnimeGamerPipeline`)."""
 CARD_NAME = "README.md"
@@ -137,6 +141,21 @@ def shared_components(path: Path, dtype: torch.dtype) -> dict[str, Any]:
     if vae == Path(path) / VAE_FOLDER:
         return {}
     return {"vae": AutoencoderKLCogVideoX.from_pretrained(vae, torch_dtype=dtype)}
+
+
+def folder_guidance(path: Path) -> float | None:
+    """The guidance the folder's manifest says its decoder plays at (`GUIDANCE_KEY`), None
+    when it says none or has no manifest (the preview engine's folder)."""
+    if not (Path(path) / MANIFEST_NAME).is_file():
+        return None
+    value = read_manifest(path).get(GUIDANCE_KEY)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 20:
+        raise ConversionError(
+            f"{Path(path) / MANIFEST_NAME}: {GUIDANCE_KEY} must be a number in 1..20, got {value!r}"
+        )
+    return float(value)
 
 
 def check_layout(path: Path) -> None:
@@ -244,12 +263,16 @@ def convert_release(
     return out
 
 
-def write_manifest(out: Path, name: str, sources: Mapping[str, Mapping[str, str | None]]) -> None:
+def write_manifest(out: Path, name: str, sources: Mapping[str, Mapping[str, str | None]],
+                   extra: Mapping[str, Any] | None = None) -> None:
+    """The folder's `animegamer.json`; `extra` adds keys that say how to play it
+    (`GUIDANCE_KEY`)."""
     manifest = {
         "format": LAYOUT_FORMAT,
         "character": name,
         "sources": sources,
         "cache_key": cache_key(sources),
+        **(extra or {}),
     }
     (Path(out) / MANIFEST_NAME).write_text(
         json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
