@@ -10,9 +10,15 @@ It prints, per source, the world probes' agreement with the instruction (Nano wo
 ACC-F / MAE-F of the clips' measured levels against the annotated ones, overall and per
 character.
 
+`--reference` takes the decoder's spatial reference (a Nano decoder's `reference_channels`: the
+representation's image tokens laid on the latent) from another source than its attention
+context: `truth`, `teacher`, or `zero-image` (the source's own with its image tokens zeroed).
+That tells which of the two paths a wrong clip comes from (docs/nano.md, "Where the figure
+scatters").
+
     .venv/bin/python benchmarks/decoder_fidelity.py --dataset datasets/nano/qiqi \
         --models assets/nano/qiqi \
-        [--source truth teacher] [--every 4] [--steps 12] [--window 3]
+        [--source truth teacher] [--every 4] [--steps 12] [--window 3] [--reference truth]
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import argparse
 import json
 import sys
 import time
+import types
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +44,11 @@ from animegamer.data import layout
 from animegamer.data.dataset import read_rows
 from animegamer.data.flow import MotionLevels, motion_scope
 from animegamer.evaluate.metrics import level_errors, probe_scores
+from animegamer.game.representation import TEXT_TOKENS
 from animegamer.game.rules import INSTRUCTION_FIELDS, make_instruction
 from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE
 from animegamer.models.game_state import GameStateModel
+from animegamer.models.transformers.transformer_nano import NanoTransformer3DModel
 from animegamer.nano.probes import PROBES, NanoProbes
 from animegamer.nano.renderer import world_scene
 from animegamer.pipelines.animegamer.pipeline_animegamer import AnimeGamerPipeline
@@ -69,6 +79,39 @@ def representations(source: str, windows: Sequence[EpisodeWindow],
     return target_representations(model, windows, histories)
 
 
+@contextmanager
+def reference_from(transformer: NanoTransformer3DModel,
+                   condition: torch.Tensor | None) -> Iterator[None]:
+    """The transformer's spatial reference of the conditional half taken from `condition`
+    [226, D] instead of the context it attends to (None: unchanged)."""
+    if condition is None:
+        yield
+        return
+    own: Callable[..., torch.Tensor] = transformer.spatial_reference
+
+    def swapped(self: NanoTransformer3DModel, context: torch.Tensor, *size: int) -> torch.Tensor:
+        context = context.clone()
+        context[context.shape[0] // 2:] = condition.to(context)  # [uncond, cond]
+        return own(context, *size)
+
+    setattr(transformer, "spatial_reference", types.MethodType(swapped, transformer))  # noqa: B010
+    try:
+        yield
+    finally:
+        del transformer.spatial_reference
+
+
+def reference_conditions(name: str, source: torch.Tensor, windows: Sequence[EpisodeWindow],
+                         truth: dict[str, torch.Tensor], models: Path) -> list[torch.Tensor | None]:
+    if name == "same":
+        return [None] * len(source)
+    if name == "zero-image":
+        zeroed = source.clone()
+        zeroed[:, TEXT_TOKENS:] = 0
+        return list(zeroed)
+    return list(representations(name, windows, truth, models))
+
+
 def report(source: str, records: Sequence[dict[str, Any]], seconds: float) -> None:
     print(f"{source}: {len(records)} shots, {seconds:.0f} s")
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -96,6 +139,8 @@ def main() -> None:
     parser.add_argument("--guidance", type=float, default=DEFAULT_GUIDANCE)
     parser.add_argument("--window", type=int, default=3, help="turns the game-state model sees")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference", choices=("same", "truth", "teacher", "zero-image"),
+                        default="same", help="where the spatial reference comes from")
     args = parser.parse_args()
     all_rows = read_rows(args.dataset).get(args.split, [])
     rows = all_rows[:: args.every]
@@ -117,20 +162,24 @@ def main() -> None:
     for source in args.source:
         started = time.perf_counter()
         conditions = representations(source, windows, truth, args.models)
+        references = reference_conditions(args.reference, conditions, windows, truth,
+                                          args.models)
         records = []
         for index, (row, condition) in enumerate(zip(rows, conditions, strict=True)):
-            output = pipeline(
-                condition[None], motion_level=int(row["motion_level"]),
-                num_inference_steps=args.steps, guidance_scale=args.guidance,
-                generator=torch.Generator("cpu").manual_seed(args.seed + index),
-                scene=[world_scene(row["time"], row["place"])] if drawn_on_scenes else None,
-            )
+            with reference_from(pipeline.transformer, references[index]):
+                output = pipeline(
+                    condition[None], motion_level=int(row["motion_level"]),
+                    num_inference_steps=args.steps, guidance_scale=args.guidance,
+                    generator=torch.Generator("cpu").manual_seed(args.seed + index),
+                    scene=[world_scene(row["time"], row["place"])] if drawn_on_scenes else None,
+                )
             (clip,) = output.frames
             acc, mae = level_errors(levels.level(motion_scope(clip)), int(row["motion_level"]))
             instruction = make_instruction({name: row[name] for name in INSTRUCTION_FIELDS})
             records.append({"character": row["character"], "acc": acc, "mae": mae,
                             **probe_scores(probes, clip, instruction)})
-        report(source, records, time.perf_counter() - started)
+        label = source if args.reference == "same" else f"{source}, reference {args.reference}"
+        report(label, records, time.perf_counter() - started)
 
 
 if __name__ == "__main__":
