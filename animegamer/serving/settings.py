@@ -69,8 +69,9 @@ class Settings:
     preview decoder. Nano's 12 keep a turn under 2 s on 2 CPU cores; on its held-out turns
     the world probes read the same at 12 as at 20 steps (docs/nano.md). `nano_dir`: the Nano world's
     character folders (one per character, `create_nano_engine`). `guidance_scale` /
-    `nano_guidance`: the classifier-free guidance's `g` of the real decoder (the release's 6)
-    and of Nano's, whose clips draw the scene closer and the figure smaller at 1
+    `nano_guidance`: the classifier-free guidance's `g` of the real decoder (the release's 6;
+    a character folder whose manifest names its own, a CPU-trained one's 1, plays at that) and
+    of Nano's, whose clips draw the scene closer and the figure smaller at 1
     (`benchmarks/nano_fidelity.py`, docs/nano.md).
     `cache_dir`: converted checkpoints; `resource_checks`: check disk and RAM before converting.
     `zero_gpu`: running on a ZeroGPU Space (set by the platform); `space_id`: the Space's
