@@ -173,6 +173,8 @@ def test_a_character_plays_at_the_guidance_its_folder_names(phase_outputs, tmp_p
     assert seen == [1.0, 6.0]
 
     _set_manifest(named, guidance_scale="low")
-    with pytest.raises(ConversionError, match=r"guidance_scale must be a number in 1\.\.20, "
-                                              r"got 'low'"):
+    refused = r"guidance_scale must be a number in 1\.\.20, got 'low'"
+    with pytest.raises(ConversionError, match=refused):
+        check_layout(named)  # as the Hub resolver and assembly check a folder
+    with pytest.raises(ConversionError, match=refused):
         load_character_models(named, CPU_PLACEMENT)

@@ -23,3 +23,6 @@ DEFAULT_STEPS = 50
 
 DEFAULT_GUIDANCE = 6.0
 """Classifier-free guidance weight `g` of the dynamic schedule `1 + g·(1 − cos(π·p⁵))/2`."""
+
+GUIDANCE_RANGE = (1.0, 20.0)
+"""The `g` a setting, a recipe or a character folder may ask for (inclusive)."""

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from animegamer.game.rules import MAX_STEPS, MAX_WINDOW
-from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS
+from animegamer.models.decoder_defaults import DEFAULT_GUIDANCE, DEFAULT_STEPS, GUIDANCE_RANGE
 from animegamer.paths import DEFAULT_NANO_DIR, DEFAULT_REGISTRY
 from animegamer.serving.quantization import missing_packages_message
 
@@ -180,8 +180,9 @@ class Settings:
             raise SettingsError(f"ANIMEGAMER_BATCH_WAIT_S must be in 0..5: {self.batch_wait_s}")
         for name, guidance in (("ANIMEGAMER_GUIDANCE", self.guidance_scale),
                                ("ANIMEGAMER_NANO_GUIDANCE", self.nano_guidance)):
-            if not 1.0 <= guidance <= 20.0:
-                raise SettingsError(f"{name} must be in 1..20: {guidance}")
+            low, high = GUIDANCE_RANGE
+            if not low <= guidance <= high:
+                raise SettingsError(f"{name} must be in {low:g}..{high:g}: {guidance}")
 
 
 def _engine_kind(value: str) -> EngineKind:

@@ -34,6 +34,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from animegamer.models.decoder_defaults import GUIDANCE_RANGE
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -229,7 +231,7 @@ class DecoderRecipe(TransformerStage):
     batch_size: int = Field(default=1, gt=0)
     max_grad_norm: float = Field(default=1.0, gt=0)
     cfg_dropout: CfgDropout = Field(default_factory=CfgDropout)
-    play_guidance: float | None = Field(default=None, ge=1, le=20)
+    play_guidance: float | None = Field(default=None, ge=GUIDANCE_RANGE[0], le=GUIDANCE_RANGE[1])
     """The classifier-free guidance's `g` the trained character plays at, written to its
     folder's manifest; None: `ANIMEGAMER_GUIDANCE` (the release's 6). A small decoder trained on
     a CPU overshoots at 6 (docs/nano.md), so `recipes/cpu.yaml` says 1."""

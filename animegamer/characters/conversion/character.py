@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from animegamer.characters.conversion.errors import ConversionError
 from animegamer.characters.registry import DEFAULT_LATENT_SIZE
+from animegamer.models.decoder_defaults import GUIDANCE_RANGE
 from animegamer.models.game_state_defaults import (
     GAME_STATE_CONFIG_NAME,
     LLM_FOLDER,
@@ -151,10 +152,10 @@ def folder_guidance(path: Path) -> float | None:
     value = read_manifest(path).get(GUIDANCE_KEY)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 20:
-        raise ConversionError(
-            f"{Path(path) / MANIFEST_NAME}: {GUIDANCE_KEY} must be a number in 1..20, got {value!r}"
-        )
+    low, high = GUIDANCE_RANGE
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConversionError(f"{Path(path) / MANIFEST_NAME}: {GUIDANCE_KEY} must be a number in "
+                              f"{low:g}..{high:g}, got {value!r}")
     return float(value)
 
 
@@ -176,7 +177,7 @@ def check_layout(path: Path) -> None:
         raise ConversionError(
             f"{path} is not a complete AnimeGamer character: missing {', '.join(missing)}"
         )
-    read_manifest(path)
+    folder_guidance(path)  # reads the manifest, and refuses a guidance it cannot play at
     for weights in sorted({*path.rglob("*.safetensors"), *vae.rglob("*.safetensors")}):
         try:
             with safe_open(str(weights), framework="pt") as handle:
