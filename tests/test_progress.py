@@ -74,8 +74,10 @@ def test_a_terminal_gets_tqdm_and_a_log_gets_lines(monkeypatch):
 
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert isinstance(progress(total=3, desc="clips", unit="video"), LineProgress)
-    monkeypatch.setattr(sys, "stdout", Terminal())
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
     bar = progress(total=3, desc="clips", unit="video")
     assert isinstance(bar, tqdm) and not isinstance(bar, LineProgress)
     bar.close()
+    assert "clips" in terminal.getvalue()  # the bar is drawn on the terminal it was chosen for
     assert progress(total=3, desc="x", disable=True).disable

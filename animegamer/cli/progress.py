@@ -120,5 +120,6 @@ def progress(
     `disable` (another process of a multi-process run speaks for it). Use it as tqdm: iterate
     it, or `update` / `set_postfix` / `close` it, or hold it in a `with`."""
     if disable or sys.stdout.isatty():
-        return tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit, disable=disable)
+        return tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit, disable=disable,
+                    file=sys.stdout)
     return LineProgress(iterable, total=total, desc=desc, unit=unit, initial=initial)
