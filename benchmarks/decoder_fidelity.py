@@ -101,15 +101,16 @@ def reference_from(transformer: NanoTransformer3DModel,
         del transformer.spatial_reference
 
 
-def reference_conditions(name: str, source: torch.Tensor, windows: Sequence[EpisodeWindow],
-                         truth: dict[str, torch.Tensor], models: Path) -> list[torch.Tensor | None]:
+def reference_conditions(name: str, source: torch.Tensor,
+                         conditions_of: Callable[[str], torch.Tensor]) -> list[torch.Tensor | None]:
+    """Each shot's spatial-reference condition under `--reference name` (None: its own)."""
     if name == "same":
         return [None] * len(source)
     if name == "zero-image":
         zeroed = source.clone()
         zeroed[:, TEXT_TOKENS:] = 0
         return list(zeroed)
-    return list(representations(name, windows, truth, models))
+    return list(conditions_of(name))
 
 
 def report(source: str, records: Sequence[dict[str, Any]], seconds: float) -> None:
@@ -159,11 +160,18 @@ def main() -> None:
     shots = list({row["shot_id"]: row for w in windows for row in w.rows}.values())
     encoded = shot_representations(pipeline.shot_encoder, args.dataset, shots)
     truth = {row["shot_id"]: rep for row, rep in zip(shots, encoded, strict=True)}
+    computed: dict[str, torch.Tensor] = {}
+
+    def conditions_of(name: str) -> torch.Tensor:
+        """A source's representations, computed once however many runs use them."""
+        if name not in computed:
+            computed[name] = representations(name, windows, truth, args.models)
+        return computed[name]
+
     for source in args.source:
         started = time.perf_counter()
-        conditions = representations(source, windows, truth, args.models)
-        references = reference_conditions(args.reference, conditions, windows, truth,
-                                          args.models)
+        conditions = conditions_of(source)
+        references = reference_conditions(args.reference, conditions, conditions_of)
         records = []
         for index, (row, condition) in enumerate(zip(rows, conditions, strict=True)):
             with reference_from(pipeline.transformer, references[index]):
