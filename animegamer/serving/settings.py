@@ -178,9 +178,9 @@ class Settings:
             raise SettingsError(f"ANIMEGAMER_MAX_BATCH must be in 1..{MAX_BATCH}: {self.max_batch}")
         if not 0.0 <= self.batch_wait_s <= 5.0:
             raise SettingsError(f"ANIMEGAMER_BATCH_WAIT_S must be in 0..5: {self.batch_wait_s}")
+        low, high = GUIDANCE_RANGE
         for name, guidance in (("ANIMEGAMER_GUIDANCE", self.guidance_scale),
                                ("ANIMEGAMER_NANO_GUIDANCE", self.nano_guidance)):
-            low, high = GUIDANCE_RANGE
             if not low <= guidance <= high:
                 raise SettingsError(f"{name} must be in {low:g}..{high:g}: {guidance}")
 
